@@ -1,0 +1,23 @@
+// gRPC adapter for failover.v1.DecisionService.
+#pragma once
+
+#include "failover/v1/decision.grpc.pb.h"
+
+namespace failover::api {
+
+class DecisionService final : public failover::v1::DecisionService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx,
+                                       const failover::v1::PickTargetRequest* request,
+                                       failover::v1::PickTargetResponse* response) override;
+  grpc::ServerUnaryReactor* ReportOutcome(grpc::CallbackServerContext* ctx,
+                                          const failover::v1::ReportOutcomeRequest* request,
+                                          failover::v1::ReportOutcomeResponse* response) override;
+  grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* ctx,
+                                  const failover::v1::ProbeRequest* request,
+                                  failover::v1::ProbeResponse* response) override;
+  grpc::ServerWriteReactor<failover::v1::Event>* WatchEvents(
+      grpc::CallbackServerContext* ctx, const failover::v1::WatchEventsRequest* request) override;
+};
+
+}  // namespace failover::api

@@ -1,0 +1,1 @@
+// Config file loading lands with the config issue.

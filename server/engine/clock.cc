@@ -1,0 +1,1 @@
+#include "server/engine/clock.h"

@@ -1,0 +1,81 @@
+// RocksDB persistence for failoverd. Column families are declared once, in the
+// Family enum and the fixed-order kFamilies registry below; call sites name a
+// Family, never a raw string.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace failover::storage {
+
+enum class Family : int {
+  kDefault = 0,  // RocksDB requires it; failoverd keeps nothing there.
+  kConfig,       // targets and chains with their generation
+  kPins,         // chain -> pinned target
+  kManual,       // target -> manual failover reason
+  kHealth,       // target -> health record
+  kChainState,   // chain -> active target, state, active since
+  kEvents,       // sequence -> event
+  kMeta,         // schema version, next event sequence, instance id
+  kCount,
+};
+
+struct FamilyInfo {
+  Family id;
+  const char* name;
+};
+
+// Order matches the enum; Open() relies on it.
+inline constexpr std::array<FamilyInfo, static_cast<int>(Family::kCount)> kFamilies = {{
+    {Family::kDefault, "default"},
+    {Family::kConfig, "config"},
+    {Family::kPins, "pins"},
+    {Family::kManual, "manual"},
+    {Family::kHealth, "health"},
+    {Family::kChainState, "chain_state"},
+    {Family::kEvents, "events"},
+    {Family::kMeta, "meta"},
+}};
+
+// The on-disk layout version this build writes. A newer one on disk is refused.
+inline constexpr int kSchemaVersion = 1;
+
+class Store {
+ public:
+  // Opens (creating if needed) the database in `data_dir`. Fails without
+  // touching anything when the dir is locked by another process, holds a newer
+  // schema, or is corrupt; the message names the dir and the problem.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& data_dir() const { return data_dir_; }
+  const std::string& instance_id() const { return instance_id_; }
+
+  // Flushes and closes the database. Safe to call twice.
+  [[nodiscard]] absl::Status Close();
+
+  rocksdb::DB* db() const { return db_; }
+  rocksdb::ColumnFamilyHandle* handle(Family f) const { return handles_[static_cast<int>(f)]; }
+
+ private:
+  Store() = default;
+  [[nodiscard]] absl::Status CheckSchema();
+
+  std::string data_dir_;
+  std::string instance_id_;
+  rocksdb::DB* db_ = nullptr;
+  std::array<rocksdb::ColumnFamilyHandle*, static_cast<int>(Family::kCount)> handles_{};
+};
+
+}  // namespace failover::storage

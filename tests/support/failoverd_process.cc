@@ -1,0 +1,171 @@
+#include "tests/support/failoverd_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace failover::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `done` every few milliseconds until it is true or the deadline passes.
+template <typename F>
+bool WaitFor(double timeout_s, F done) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base ? base : "/tmp") + "/failoverd-test-XXXXXX";
+  char* made = mkdtemp(tmpl.data());
+  path_ = made ? made : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string FailoverdBinary() { return FAILOVERD_BIN; }
+std::string FailoverctlBinary() { return FAILOVERCTL_BIN; }
+
+FailoverdProcess::FailoverdProcess(Options options) : options_(std::move(options)) {}
+
+FailoverdProcess::~FailoverdProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool FailoverdProcess::Start(std::string* error, double timeout_s) {
+  const std::string port_file = scratch_.path() + "/port";
+  const std::string err_file = scratch_.path() + "/stderr";
+  std::error_code ec;
+  std::filesystem::remove(port_file, ec);
+  std::vector<std::string> args = {FailoverdBinary(), "--listen", "127.0.0.1:0",
+                                   "--data-dir", options_.data_dir, "--port-file", port_file,
+                                   "--metrics-listen", ""};
+  for (const auto& a : options_.extra_args) args.push_back(a);
+  std::vector<char*> argv = CStrings(args);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    pid_ = -1;
+    *error = "posix_spawn failed for " + args[0];
+    return false;
+  }
+  bool exited = false;
+  const bool ready = WaitFor(timeout_s, [&] {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited = true;
+      return true;
+    }
+    return std::filesystem::exists(port_file);
+  });
+  if (exited) {
+    pid_ = -1;
+    *error = "failoverd exited during start: " + Stderr();
+    return false;
+  }
+  if (!ready) {
+    *error = "failoverd did not write its port in time: " + Stderr();
+    return false;
+  }
+  port_ = std::atoi(ReadFile(port_file).c_str());
+  return port_ > 0;
+}
+
+std::shared_ptr<grpc::Channel> FailoverdProcess::Channel() const {
+  return grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+}
+
+int FailoverdProcess::WaitExit(double timeout_s) {
+  int status = -1;
+  const bool done = WaitFor(timeout_s, [&] { return waitpid(pid_, &status, WNOHANG) == pid_; });
+  if (!done) return -1;
+  pid_ = -1;
+  return status;
+}
+
+int FailoverdProcess::Stop(int sig, double timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  return WaitExit(timeout_s);
+}
+
+std::string FailoverdProcess::Stderr() const { return ReadFile(scratch_.path() + "/stderr"); }
+
+CommandResult RunCommand(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in) {
+  TempDir scratch;
+  const std::string out_file = scratch.path() + "/out";
+  const std::string err_file = scratch.path() + "/err";
+  std::vector<std::string> args = argv_in;
+  std::vector<char*> argv = CStrings(args);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : env_in) env.push_back(e);
+  std::vector<char*> envp = CStrings(env);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  pid_t pid = -1;
+  CommandResult result;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) {
+    posix_spawn_file_actions_destroy(&actions);
+    result.err = "posix_spawn failed";
+    return result;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = ReadFile(out_file);
+  result.err = ReadFile(err_file);
+  return result;
+}
+
+}  // namespace failover::testing

@@ -1,0 +1,70 @@
+// Runs the real failoverd binary for integration tests: a fresh temp data dir,
+// port 0 read back from --port-file, and waits that end on a condition or a
+// deadline, never on a fixed sleep.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grpcpp/grpcpp.h"
+
+namespace failover::testing {
+
+// A fresh directory under $TMPDIR, removed when destroyed.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class FailoverdProcess {
+ public:
+  struct Options {
+    std::string data_dir;  // required
+    std::vector<std::string> extra_args;
+  };
+  explicit FailoverdProcess(Options options);
+  ~FailoverdProcess();  // SIGKILLs a process still running
+
+  // Starts the binary and waits (up to `timeout_s`) until it wrote its port.
+  // Returns false and fills `error` (with the process's stderr) on failure.
+  bool Start(std::string* error, double timeout_s = 20);
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::shared_ptr<grpc::Channel> Channel() const;
+
+  // Sends `sig` and waits for exit; returns the exit status as from waitpid,
+  // or -1 on timeout.
+  int Stop(int sig, double timeout_s = 20);
+  // Waits for the process to exit by itself.
+  int WaitExit(double timeout_s);
+  bool running() const { return pid_ > 0; }
+  std::string Stderr() const;
+
+ private:
+  Options options_;
+  TempDir scratch_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// The path of a binary built next to the tests (from compile definitions).
+std::string FailoverdBinary();
+std::string FailoverctlBinary();
+
+// Runs a command, captures stdout and stderr, returns the exit code.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+
+}  // namespace failover::testing

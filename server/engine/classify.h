@@ -1,0 +1,83 @@
+// Outcome classification (DESIGN 3.5): the facts a caller reports become a
+// reason, whether it counts against the target, and whether the request may
+// move to another target.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/engine/model.h"
+
+namespace failover {
+
+enum class TransportError : uint8_t { kNone, kConnectRefused, kDns, kReset, kTls, kTimeout };
+enum class Phase : uint8_t { kBeforeResponse, kAfterFirstByte, kAfterSideEffect };
+
+// What the caller saw on one attempt.
+struct OutcomeFacts {
+  bool success = false;
+  uint32_t http_status = 0;  // 0 = none
+  int grpc_code = 0;         // canonical code; 0 = none
+  TransportError transport = TransportError::kNone;
+  std::string message;
+  std::string error_code;
+  absl::Duration retry_after = absl::ZeroDuration();
+  Phase phase = Phase::kBeforeResponse;
+  bool admission_rejected = false;
+  bool cancelled = false;
+};
+
+struct Classification {
+  Reason reason = Reason::kNone;
+  bool counts = false;    // against the target's health
+  bool moves_on = false;  // the request may go to another target (or retry)
+  uint32_t same_target_retries = 0;
+};
+
+// The default phrase list of retry_on_errors (GoModel's).
+const std::vector<std::string>& DefaultRetryOnErrors();
+// The default retry_on_statuses: 408, 429, 5xx.
+const std::vector<std::string>& DefaultRetryOnStatuses();
+
+// A policy's retry rules, parsed once when the chain is configured.
+class FailoverRules {
+ public:
+  // The defaults (no policy overrides).
+  FailoverRules();
+  // Fails with INVALID_ARGUMENT naming `path`.retry_on_statuses[i] etc. on a bad entry.
+  [[nodiscard]] static absl::StatusOr<FailoverRules> Compile(const Policy& policy, absl::string_view path);
+
+  Classification Classify(const OutcomeFacts& facts) const;
+
+  // One-line description of the facts, for errors and events: `503 "overloaded"`.
+  static std::string Summarize(const OutcomeFacts& facts);
+
+ private:
+  // An HTTP status rule: an exact code, or a class (4 for "4xx").
+  struct StatusRule {
+    uint32_t code = 0;
+    uint32_t klass = 0;
+    bool Matches(uint32_t status) const {
+      return code != 0 ? status == code : status / 100 == klass;
+    }
+  };
+  struct Phrase {
+    std::vector<std::string> words;  // lower case
+    std::vector<StatusRule> statuses;
+  };
+  [[nodiscard]] static absl::StatusOr<StatusRule> ParseStatus(absl::string_view text);
+  [[nodiscard]] static absl::StatusOr<Phrase> ParsePhrase(absl::string_view text);
+  bool PhraseMatches(const OutcomeFacts& facts, const std::string& lowered) const;
+  bool StatusMatches(uint32_t status) const;
+
+  bool custom_ = false;  // either list set by the policy
+  std::vector<StatusRule> statuses_;
+  std::vector<Phrase> phrases_;
+  std::array<uint32_t, kReasonCount> retries_{};
+};
+
+}  // namespace failover

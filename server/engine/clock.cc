@@ -1,1 +1,0 @@
-#include "server/engine/clock.h"

@@ -1,0 +1,320 @@
+// The decision engine: targets, chains, health, plans and verdicts
+// (DESIGN 3.1-3.5, 3.7, 3.8). Pure logic: every operation takes `now`, does
+// no I/O, and returns the events it caused for the service layer to persist,
+// log and stream.
+//
+// Concurrency: the config is an immutable snapshot swapped whole on change.
+// Each target and each chain has its own mutex; a target's effective state is
+// also published in atomics so a pick reads it without locking the target.
+// Lock order: a chain lock is never held while taking a target lock, and a
+// target lock is never held while taking a chain lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/engine/classify.h"
+#include "server/engine/model.h"
+#include "server/engine/target_health.h"
+
+namespace failover {
+
+struct EngineOptions {
+  // How long a decision id can be matched to its plan.
+  absl::Duration decision_ttl = absl::Minutes(10);
+  // Decisions with failures remembered at once; the oldest are dropped beyond.
+  size_t max_decision_records = 200000;
+  // +- fraction applied to probe cooldowns.
+  double probe_jitter = 0.1;
+  // Cap on any rate-limit hold (DESIGN 3.2).
+  absl::Duration max_rate_limit_hold = absl::Seconds(60);
+  // Distinguishes this process's decision ids from an earlier one's. 0 = random.
+  uint32_t instance_epoch = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Runtime state (shared by every config snapshot that has the object)
+// ---------------------------------------------------------------------------
+
+struct TargetRuntime {
+  absl::Mutex mu;
+  TargetHealth health ABSL_GUARDED_BY(mu);
+  bool manual ABSL_GUARDED_BY(mu) = false;
+  std::string manual_reason ABSL_GUARDED_BY(mu);
+  absl::Time manual_since ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  Source source ABSL_GUARDED_BY(mu) = Source::kAuto;
+  std::string reason ABSL_GUARDED_BY(mu);
+  std::string last_error ABSL_GUARDED_BY(mu);
+  absl::Time last_error_time ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Time last_probe ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+
+  // Published for lock-free reads on the hot path.
+  std::atomic<uint8_t> effective{static_cast<uint8_t>(HealthState::kUnknown)};
+  std::atomic<int64_t> held_until_ns{INT64_MIN};
+  std::atomic<int64_t> rpm_minute{-1};
+  std::atomic<uint32_t> rpm_count{0};
+  std::atomic<int64_t> last_activity_ns{INT64_MIN};
+
+  HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
+};
+
+struct ChainRuntime {
+  absl::Mutex mu;
+  bool initialized ABSL_GUARDED_BY(mu) = false;
+  std::string active ABSL_GUARDED_BY(mu);
+  ChainState state ABSL_GUARDED_BY(mu) = ChainState::kPrimary;
+  absl::Time active_since ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  absl::Time last_switch ABSL_GUARDED_BY(mu) = absl::InfinitePast();
+  std::string pinned ABSL_GUARDED_BY(mu);
+  // Smooth weighted round robin: current weight per target, by target name so
+  // the rotation survives reloads.
+  absl::flat_hash_map<std::string, int64_t> rr_current ABSL_GUARDED_BY(mu);
+  // round_robin session stickiness: session key -> target. Bounded.
+  absl::flat_hash_map<std::string, std::string> sessions ABSL_GUARDED_BY(mu);
+};
+
+// ---------------------------------------------------------------------------
+// Config snapshot
+// ---------------------------------------------------------------------------
+
+struct TargetEntry {
+  TargetConfig config;
+  HealthSettings health;
+  std::vector<uint32_t> chains;  // indices into Snapshot::chains, in name order
+  uint64_t seed = 0;             // per-target jitter seed
+  std::shared_ptr<TargetRuntime> rt;
+};
+
+struct ChainEntry {
+  ChainConfig config;
+  FailoverRules rules;
+  std::vector<uint32_t> targets;  // indices into Snapshot::targets, declared order
+  std::shared_ptr<ChainRuntime> rt;
+};
+
+struct Snapshot {
+  uint64_t generation = 0;
+  std::vector<TargetEntry> targets;  // sorted by name
+  std::vector<ChainEntry> chains;    // sorted by name
+  absl::flat_hash_map<std::string, uint32_t> target_index;
+  absl::flat_hash_map<std::string, uint32_t> chain_index;
+
+  const TargetEntry* FindTarget(absl::string_view name) const;
+  const ChainEntry* FindChain(absl::string_view name) const;
+};
+
+// ---------------------------------------------------------------------------
+// Requests and results
+// ---------------------------------------------------------------------------
+
+struct PlannedAttempt {
+  const TargetEntry* target = nullptr;
+  HealthState health = HealthState::kUnknown;
+  uint32_t position = 0;
+};
+
+struct PickRequest {
+  std::string chain;
+  uint64_t body_bytes = 0;
+  std::vector<std::string> exclude_targets;
+  std::string session_key;
+};
+
+struct Plan {
+  std::string decision_id;
+  ChainState state = ChainState::kPrimary;
+  std::string active_target;
+  uint64_t generation = 0;
+  absl::InlinedVector<PlannedAttempt, 8> attempts;
+  std::shared_ptr<const Snapshot> snapshot;  // keeps `attempts` valid
+};
+
+enum class Verdict : uint8_t { kDone, kRetrySame, kTryNext, kFail };
+
+struct ReportRequest {
+  std::string decision_id;
+  std::string chain;  // used when the decision is unknown or expired
+  std::string target;
+  uint32_t attempt = 0;
+  OutcomeFacts facts;
+};
+
+struct ReportResult {
+  Verdict verdict = Verdict::kDone;
+  Reason reason = Reason::kNone;
+  absl::Duration retry_delay = absl::ZeroDuration();
+  bool has_next = false;
+  PlannedAttempt next;
+  std::string error;
+  bool counted = false;
+  HealthState target_health = HealthState::kUnknown;
+  ChainState chain_state = ChainState::kPrimary;
+  std::string active_target;
+  bool decision_known = false;
+  std::shared_ptr<const Snapshot> snapshot;  // keeps `next` valid
+};
+
+struct TargetStatus {
+  std::string name;
+  HealthState health = HealthState::kUnknown;
+  HealthState automatic = HealthState::kUnknown;
+  Source source = Source::kAuto;
+  std::string reason;
+  absl::Time since = absl::InfinitePast();
+  absl::Time last_probe = absl::InfinitePast();
+  std::string last_error;
+  absl::Time last_error_time = absl::InfinitePast();
+  absl::Time held_until = absl::InfinitePast();
+  bool enabled = true;
+  uint32_t recovery_passes = 0;
+  std::vector<std::string> chains;
+};
+
+struct ChainStatus {
+  std::string name;
+  ChainState state = ChainState::kPrimary;
+  std::string active_target;
+  absl::Time active_since = absl::InfinitePast();
+  absl::Time last_switch = absl::InfinitePast();
+  std::string pinned_target;
+  std::vector<TargetStatus> targets;
+};
+
+struct TargetView {
+  TargetConfig config;
+  TargetStatus status;
+};
+
+struct ChainView {
+  ChainConfig config;
+  ChainStatus status;
+};
+
+struct ConfigDiff {
+  ConfigObject what = ConfigObject::kTarget;
+  std::string name;
+  ConfigChangeKind change = ConfigChangeKind::kUnchanged;
+  std::vector<std::string> changed_fields;
+};
+
+struct ApplyOptions {
+  bool dry_run = false;
+  // The config file applying the change; empty = the API. Objects declared by
+  // a file can only be changed by that file.
+  std::string managed_by;
+};
+
+struct ApplyResult {
+  uint64_t generation = 0;
+  std::vector<ConfigDiff> changes;
+  std::vector<std::string> warnings;
+  Events events;
+};
+
+// ---------------------------------------------------------------------------
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // --- config ---
+  [[nodiscard]] absl::StatusOr<ApplyResult> Apply(const ConfigChange& change, const ApplyOptions& options,
+                                                  absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> DeleteTarget(absl::string_view name, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> DeleteChain(absl::string_view name, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now);
+
+  // --- admin actions ---
+  [[nodiscard]] absl::StatusOr<Events> Pin(absl::string_view chain, absl::string_view target, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> Unpin(absl::string_view chain, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> TriggerManualFailover(absl::string_view target, absl::string_view reason,
+                                                             absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> CancelManualFailover(absl::string_view target, absl::Time now);
+
+  // --- hot path ---
+  [[nodiscard]] absl::Status Pick(const PickRequest& request, absl::Time now, Plan* plan, Events* events);
+  [[nodiscard]] absl::Status Report(const ReportRequest& request, absl::Time now, ReportResult* result,
+                                    Events* events);
+
+  // Time-driven work: targets without health checks coming back, chains moving
+  // back up after their dwell, expired decisions. Call about once a second.
+  void Tick(absl::Time now, Events* events);
+
+  // --- views ---
+  uint64_t generation() const;
+  std::shared_ptr<const Snapshot> snapshot() const;
+  [[nodiscard]] absl::StatusOr<ChainView> GetChain(absl::string_view name) const;
+  [[nodiscard]] absl::StatusOr<TargetView> GetTarget(absl::string_view name) const;
+  std::vector<ChainView> ListChains() const;
+  std::vector<TargetView> ListTargets() const;
+
+ private:
+  struct DecisionId;
+  struct DecisionRecord;
+  class DecisionStore;
+
+  // Why a chain is being re-evaluated.
+  struct EvalContext {
+    SwitchReason reason = SwitchReason::kRecovery;
+    std::string detail;
+    // The target an admin just restored (cancel): it may move the chain up at
+    // once, without the dwell.
+    std::string waive_dwell_for;
+    // Start over from the first usable target (unpin).
+    bool fresh = false;
+  };
+
+  std::shared_ptr<const Snapshot> Load() const;
+  std::shared_ptr<Snapshot> BuildSnapshot(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains,
+                                          uint64_t generation, const Snapshot* previous) const;
+  // Installs `next`, republishes target overlays and re-evaluates every chain.
+  void Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* events);
+
+  void EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now, const EvalContext& ctx,
+                           Events* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chain.rt->mu);
+  void EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, absl::Time now, const EvalContext& ctx,
+                        Events* events);
+  // Publishes the target's effective state; emits target.state when it changed.
+  void PublishLocked(const TargetEntry& target, HealthState before, Source source, const std::string& reason,
+                     absl::Time now, Events* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(target.rt->mu);
+  // Brings back targets without health checks whose dwell passed.
+  void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
+
+  // Fills `out` with the plan order for `chain` (chain lock held).
+  absl::Status BuildAttemptsLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
+                                   uint64_t exclude_mask, const std::string& session_key, bool for_next,
+                                   absl::InlinedVector<PlannedAttempt, 8>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chain.rt->mu);
+  void CountRequest(const TargetEntry& target, absl::Time now);
+  bool Saturated(const TargetEntry& target, absl::Time now) const;
+
+  std::string MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now);
+  TargetStatus StatusOf(const Snapshot& snap, const TargetEntry& target) const;
+  ChainStatus StatusOf(const Snapshot& snap, const ChainEntry& chain) const;
+
+  const EngineOptions options_;
+  const uint32_t epoch_;
+  std::atomic<uint64_t> decision_seq_{0};
+  std::unique_ptr<DecisionStore> decisions_;
+
+  absl::Mutex admin_mu_;  // serializes config changes and admin actions
+  mutable absl::Mutex snapshot_mu_;
+  std::shared_ptr<const Snapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+};
+
+const char* VerdictName(Verdict v);
+
+}  // namespace failover

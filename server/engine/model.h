@@ -1,0 +1,162 @@
+// The engine's model: configuration (targets, chains, policies), states and
+// events. Plain structs; no protobuf. server/api and server/config convert to
+// and from these.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace failover {
+
+enum class TargetKind : uint8_t { kRemote, kLocal };
+enum class Strategy : uint8_t { kFailover, kRoundRobin, kLowestCost };
+enum class RateLimitMode : uint8_t { kFailover, kWait };
+
+enum class HealthState : uint8_t { kUnknown, kHealthy, kDown, kRecovering, kDisabled, kManual };
+enum class ChainState : uint8_t { kPrimary, kFallback, kDegraded, kPinned };
+enum class Source : uint8_t { kAuto, kProbe, kManual, kConfig };
+enum class SwitchReason : uint8_t { kInitial, kTrip, kRecovery, kPin, kUnpin, kManual, kCancel, kConfig };
+
+// Classified cause of a failed attempt (DESIGN 3.5). kNone is a success.
+enum class Reason : uint8_t {
+  kNone,
+  kNetwork,
+  kTimeout,
+  kOverloaded,
+  kServerError,
+  kRateLimit,
+  kAuth,
+  kBilling,
+  kModelNotFound,
+  kCapabilityGap,
+  kAdmission,
+  kContextOverflow,
+  kClientError,
+  kCancelled,
+  kUnknown,
+};
+inline constexpr int kReasonCount = static_cast<int>(Reason::kUnknown) + 1;
+
+const char* HealthStateName(HealthState s);
+const char* ChainStateName(ChainState s);
+const char* SourceName(Source s);
+const char* SwitchReasonName(SwitchReason r);
+const char* ReasonName(Reason r);
+// "network" -> kNetwork. False for an unknown name.
+bool ParseReason(const std::string& name, Reason* out);
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+
+struct Policy {
+  absl::Duration probe_interval = absl::Seconds(15);
+  absl::Duration probe_timeout = absl::Seconds(5);
+  uint32_t trip_errors = 1;
+  absl::Duration trip_window = absl::Seconds(30);
+  uint32_t recovery_probes = 3;
+  absl::Duration recovery_min_dwell = absl::Seconds(60);
+  double backoff_factor = 1.0;
+  uint32_t backoff_steps = 3;
+  absl::Duration backoff_max = absl::Hours(1);
+  absl::Duration backoff_reset_after = absl::Minutes(10);
+  RateLimitMode rate_limit_on = RateLimitMode::kFailover;
+  absl::Duration rate_limit_hold = absl::Seconds(10);
+  uint32_t max_attempts = 0;  // fallbacks after the first; 0 = all
+  uint64_t max_replay_bytes = 32ull << 20;
+  // Empty = the defaults (DESIGN 3.5 table). Non-empty replaces the default.
+  std::vector<std::string> retry_on_statuses;
+  std::vector<std::string> retry_on_errors;
+  // Same-target retries by reason; reasons not listed keep their default.
+  std::map<Reason, uint32_t> same_target_retries;
+
+  bool operator==(const Policy& o) const;
+  bool operator!=(const Policy& o) const { return !(*this == o); }
+};
+
+struct TargetConfig {
+  std::string name;
+  TargetKind kind = TargetKind::kRemote;
+  std::string upstream_model;  // empty = name
+  bool warm = false;
+  uint32_t weight = 1;
+  double cost = 0;
+  absl::Duration timeout = absl::ZeroDuration();  // zero = none given
+  uint32_t max_retries = 0;
+  uint32_t limit_rpm = 0;  // 0 = no cap
+  std::map<std::string, std::string> labels;
+  bool enabled = true;
+  std::string managed_by;  // config file path, empty = API
+
+  const std::string& UpstreamModel() const { return upstream_model.empty() ? name : upstream_model; }
+  // Local targets that are not warm have no health check (DESIGN 3.2).
+  bool HasHealthCheck() const { return kind == TargetKind::kRemote || warm; }
+  bool operator==(const TargetConfig& o) const;
+  bool operator!=(const TargetConfig& o) const { return !(*this == o); }
+};
+
+struct ChainConfig {
+  std::string name;
+  std::vector<std::string> targets;
+  Strategy strategy = Strategy::kFailover;
+  Policy policy;
+  bool failover_enabled = true;
+  std::string managed_by;
+
+  bool operator==(const ChainConfig& o) const;
+  bool operator!=(const ChainConfig& o) const { return !(*this == o); }
+};
+
+// A set of objects to create or replace in one step.
+struct ConfigChange {
+  std::vector<TargetConfig> targets;
+  std::vector<ChainConfig> chains;
+};
+
+// ---------------------------------------------------------------------------
+// Events
+// ---------------------------------------------------------------------------
+
+enum class EventKind : uint8_t { kChainSwitched, kTargetState, kConfigChanged };
+enum class ConfigObject : uint8_t { kTarget, kChain, kPin };
+enum class ConfigChangeKind : uint8_t { kCreated, kUpdated, kDeleted, kUnchanged };
+
+// One state change leaving the engine. The service layer numbers, persists,
+// logs and streams it. Only the fields of its kind are set.
+struct Event {
+  EventKind kind = EventKind::kTargetState;
+  absl::Time time;
+  uint64_t sequence = 0;  // assigned by the service layer
+
+  // kChainSwitched
+  std::string chain;
+  std::string from_target;
+  std::string to_target;
+  ChainState from_chain_state = ChainState::kPrimary;
+  ChainState to_chain_state = ChainState::kPrimary;
+  SwitchReason switch_reason = SwitchReason::kInitial;
+  std::string detail;
+
+  // kTargetState
+  std::string target;
+  HealthState from_health = HealthState::kUnknown;
+  HealthState to_health = HealthState::kUnknown;
+  Source source = Source::kAuto;
+  std::string reason;
+  std::string last_error;
+
+  // kConfigChanged (name in `target` or `chain` by kind)
+  ConfigObject what = ConfigObject::kTarget;
+  ConfigChangeKind change = ConfigChangeKind::kCreated;
+  uint64_t generation = 0;
+  std::string object_name;
+};
+
+using Events = std::vector<Event>;
+
+}  // namespace failover

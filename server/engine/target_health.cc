@@ -1,0 +1,146 @@
+#include "server/engine/target_health.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace failover {
+namespace {
+
+// A well-mixed 64-bit value from a seed (splitmix64), so jitter is
+// deterministic for a given target and trip: tests can predict it.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+
+}  // namespace
+
+HealthSettings HealthSettings::From(const Policy& p, const TargetConfig& t, double jitter) {
+  HealthSettings s;
+  s.trip_errors = p.trip_errors;
+  s.trip_window = p.trip_window;
+  s.recovery_probes = p.recovery_probes;
+  s.min_dwell = p.recovery_min_dwell;
+  s.probe_interval = p.probe_interval;
+  s.probe_timeout = p.probe_timeout;
+  s.backoff_factor = p.backoff_factor;
+  s.backoff_steps = p.backoff_steps;
+  s.backoff_max = p.backoff_max;
+  s.backoff_reset_after = p.backoff_reset_after;
+  s.has_health_check = t.HasHealthCheck();
+  s.jitter = jitter;
+  return s;
+}
+
+absl::Duration TargetHealth::Cooldown(const HealthSettings& s, uint32_t n, uint64_t seed) {
+  const uint32_t exponent = std::min(n == 0 ? 0 : n - 1, s.backoff_steps);
+  double seconds = absl::ToDoubleSeconds(s.probe_interval) * std::pow(s.backoff_factor, exponent);
+  seconds = std::min(seconds, absl::ToDoubleSeconds(s.backoff_max));
+  if (s.jitter > 0) {
+    // Uniform in [-jitter, +jitter].
+    const double unit = static_cast<double>(Mix(seed) >> 11) / static_cast<double>(1ull << 53);
+    seconds *= 1.0 + s.jitter * (2.0 * unit - 1.0);
+  }
+  return absl::Seconds(seconds);
+}
+
+void TargetHealth::Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out) {
+  out->from = state_;
+  out->to = to;
+  out->reason = std::move(reason);
+  state_ = to;
+  since_ = now;
+}
+
+bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary,
+                             uint64_t seed, HealthTransition* out) {
+  // n restarts once the target went reset_after without a failure.
+  if (now - last_failure_ >= s.backoff_reset_after) trips_ = 0;
+  last_failure_ = now;
+  recovery_passes_ = 0;
+  auto go_down = [&](std::string reason) {
+    ++trips_;
+    failures_.clear();
+    probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
+    Set(HealthState::kDown, now, std::move(reason), out);
+    return true;
+  };
+  switch (state_) {
+    case HealthState::kDown:
+      // Still down: a failed probe restarts the cooldown (with growth).
+      ++trips_;
+      probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
+      return false;
+    case HealthState::kRecovering:
+      return go_down(absl::StrCat("failed while recovering: ", summary));
+    default:
+      break;
+  }
+  // A failure is inside the window while now - t < window.
+  while (!failures_.empty() && now - failures_.front() >= s.trip_window) failures_.pop_front();
+  failures_.push_back(now);
+  if (failures_.size() < s.trip_errors) return false;
+  const std::string reason =
+      s.trip_errors == 1 ? summary
+                         : absl::StrCat(s.trip_errors, " failures within ", absl::FormatDuration(s.trip_window),
+                                        ", last: ", summary);
+  return go_down(reason);
+}
+
+bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out) {
+  failures_.clear();
+  switch (state_) {
+    case HealthState::kUnknown:
+      Set(HealthState::kHealthy, now, "passed", out);
+      return true;
+    case HealthState::kHealthy:
+      return false;
+    case HealthState::kDown:
+      if (!s.has_health_check) {
+        // Nothing probes it; a real success is proof enough.
+        Set(HealthState::kHealthy, now, "request succeeded", out);
+        return true;
+      }
+      recovery_passes_ = strong ? 1 : 0;
+      if (recovery_passes_ >= s.recovery_probes) {
+        Set(HealthState::kHealthy, now, "recovered", out);
+        return true;
+      }
+      Set(HealthState::kRecovering, now, strong ? "request succeeded" : "liveness check passed", out);
+      return true;
+    case HealthState::kRecovering:
+      if (!strong) return false;
+      ++recovery_passes_;
+      if (recovery_passes_ >= s.recovery_probes) {
+        Set(HealthState::kHealthy, now, absl::StrCat("recovered after ", recovery_passes_, " passes"), out);
+        return true;
+      }
+      return false;
+    default:
+      return false;
+  }
+}
+
+bool TargetHealth::OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out) {
+  if (state_ != HealthState::kDown || s.has_health_check) return false;
+  if (now - since_ < s.min_dwell) return false;
+  Set(HealthState::kHealthy, now, absl::StrCat("usable again after ", absl::FormatDuration(s.min_dwell),
+                                               " (no health check)"),
+      out);
+  return true;
+}
+
+void TargetHealth::Restore(HealthState state, absl::Time since, uint32_t trips, uint32_t recovery_passes) {
+  state_ = state;
+  since_ = since;
+  trips_ = trips;
+  recovery_passes_ = recovery_passes;
+  failures_.clear();
+}
+
+}  // namespace failover

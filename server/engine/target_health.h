@@ -1,0 +1,80 @@
+// The automatic health state machine of one target (DESIGN 3.2). Not
+// thread-safe: the engine guards each target's instance with its own mutex.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "absl/time/time.h"
+#include "server/engine/model.h"
+
+namespace failover {
+
+// The settings that govern one target's health, taken from the first chain
+// (by name) that lists it, plus what the target's config says about checks.
+struct HealthSettings {
+  uint32_t trip_errors = 1;
+  absl::Duration trip_window = absl::Seconds(30);
+  uint32_t recovery_probes = 3;
+  absl::Duration min_dwell = absl::Seconds(60);
+  absl::Duration probe_interval = absl::Seconds(15);
+  absl::Duration probe_timeout = absl::Seconds(5);
+  double backoff_factor = 1.0;
+  uint32_t backoff_steps = 3;
+  absl::Duration backoff_max = absl::Hours(1);
+  absl::Duration backoff_reset_after = absl::Minutes(10);
+  bool has_health_check = true;
+  // Fraction of the cooldown added or removed at random (0.1 = +-10%).
+  double jitter = 0.1;
+
+  static HealthSettings From(const Policy& policy, const TargetConfig& target, double jitter);
+};
+
+// A change of automatic state, for the target.state event.
+struct HealthTransition {
+  HealthState from = HealthState::kUnknown;
+  HealthState to = HealthState::kUnknown;
+  std::string reason;
+};
+
+class TargetHealth {
+ public:
+  HealthState state() const { return state_; }
+  absl::Time since() const { return since_; }
+  uint32_t recovery_passes() const { return recovery_passes_; }
+  uint32_t trips() const { return trips_; }
+  // When a DOWN target may next be probed (its cooldown end).
+  absl::Time probe_due() const { return probe_due_; }
+  size_t failures_in_window() const { return failures_.size(); }
+
+  // A counted failure. Returns true and fills `out` when the state changed.
+  bool OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
+                 HealthTransition* out);
+  // A pass. `strong` passes (real successes, recovery probes) count toward
+  // recovery; a liveness pass only moves DOWN to RECOVERING.
+  bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out);
+  // Targets without a health check come back `min_dwell` after going down.
+  bool OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out);
+  // Makes a DOWN target due for a probe now (admin "probe now", restart).
+  void MakeProbeDue(absl::Time now) { probe_due_ = now; }
+
+  // Restores a persisted state (storage).
+  void Restore(HealthState state, absl::Time since, uint32_t trips, uint32_t recovery_passes);
+
+  // cooldown(n) = interval * factor^min(n-1, steps), capped at max, +-jitter.
+  static absl::Duration Cooldown(const HealthSettings& s, uint32_t n, uint64_t seed);
+
+ private:
+  void Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out);
+
+  HealthState state_ = HealthState::kUnknown;
+  absl::Time since_ = absl::InfinitePast();
+  std::deque<absl::Time> failures_;  // counted failures, oldest first, at most trip_errors
+  uint32_t recovery_passes_ = 0;
+  uint32_t trips_ = 0;  // n of the backoff formula
+  absl::Time last_failure_ = absl::InfinitePast();
+  absl::Time probe_due_ = absl::InfinitePast();
+};
+
+}  // namespace failover

@@ -1,0 +1,136 @@
+#include "server/engine/validate.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/classify.h"
+#include "server/engine/status_macros.h"
+
+namespace failover {
+namespace {
+
+absl::Status Invalid(absl::string_view path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+absl::Status Positive(absl::Duration d, absl::string_view path) {
+  if (d <= absl::ZeroDuration()) {
+    return Invalid(path, absl::StrCat("must be a positive duration, got ", absl::FormatDuration(d)));
+  }
+  return absl::OkStatus();
+}
+
+bool NameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == ':' || c == '/' || c == '@' || c == '-';
+}
+
+}  // namespace
+
+absl::Status ValidateName(absl::string_view name, absl::string_view path) {
+  if (name.empty()) return Invalid(path, "must not be empty");
+  if (name.size() > kMaxNameLength) {
+    return Invalid(path, absl::StrCat("must be at most ", kMaxNameLength, " characters, got ", name.size()));
+  }
+  for (char c : name) {
+    if (!NameChar(c)) {
+      return Invalid(path, absl::StrCat("may only contain A-Za-z0-9._:/@-, got \"", name, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
+  RETURN_IF_ERROR(ValidateName(t.name, absl::StrCat(path, ".name")));
+  if (t.upstream_model.size() > 256) {
+    return Invalid(absl::StrCat(path, ".upstream_model"), "must be at most 256 characters");
+  }
+  if (t.cost < 0 || t.cost != t.cost) {
+    return Invalid(absl::StrCat(path, ".cost"), absl::StrCat("must be >= 0, got ", t.cost));
+  }
+  if (t.timeout < absl::ZeroDuration()) {
+    return Invalid(absl::StrCat(path, ".timeout"),
+                   absl::StrCat("must not be negative, got ", absl::FormatDuration(t.timeout)));
+  }
+  if (t.weight > 1000000) {
+    return Invalid(absl::StrCat(path, ".weight"), absl::StrCat("must be at most 1000000, got ", t.weight));
+  }
+  if (t.max_retries > 100) {
+    return Invalid(absl::StrCat(path, ".max_retries"), absl::StrCat("must be at most 100, got ", t.max_retries));
+  }
+  if (t.labels.size() > kMaxLabels) {
+    return Invalid(absl::StrCat(path, ".labels"),
+                   absl::StrCat("at most ", kMaxLabels, " labels, got ", t.labels.size()));
+  }
+  for (const auto& [k, v] : t.labels) {
+    if (k.empty() || k.size() + v.size() > kMaxLabelBytes) {
+      return Invalid(absl::StrCat(path, ".labels[\"", k, "\"]"),
+                     absl::StrCat("key must be non-empty and key+value at most ", kMaxLabelBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
+  RETURN_IF_ERROR(Positive(p.probe_interval, absl::StrCat(path, ".probe.interval")));
+  RETURN_IF_ERROR(Positive(p.probe_timeout, absl::StrCat(path, ".probe.timeout")));
+  if (p.trip_errors < 1 || p.trip_errors > 10000) {
+    return Invalid(absl::StrCat(path, ".trip.errors"), absl::StrCat("must be 1..10000, got ", p.trip_errors));
+  }
+  RETURN_IF_ERROR(Positive(p.trip_window, absl::StrCat(path, ".trip.window")));
+  if (p.recovery_probes < 1 || p.recovery_probes > 100) {
+    return Invalid(absl::StrCat(path, ".recovery.probes"),
+                   absl::StrCat("must be 1..100, got ", p.recovery_probes));
+  }
+  if (p.recovery_min_dwell < absl::ZeroDuration()) {
+    return Invalid(absl::StrCat(path, ".recovery.min_dwell"),
+                   absl::StrCat("must not be negative, got ", absl::FormatDuration(p.recovery_min_dwell)));
+  }
+  if (!(p.backoff_factor >= 1.0 && p.backoff_factor <= 100.0)) {
+    return Invalid(absl::StrCat(path, ".backoff.factor"), absl::StrCat("must be 1..100, got ", p.backoff_factor));
+  }
+  if (p.backoff_steps > 64) {
+    return Invalid(absl::StrCat(path, ".backoff.steps"), absl::StrCat("must be 0..64, got ", p.backoff_steps));
+  }
+  RETURN_IF_ERROR(Positive(p.backoff_max, absl::StrCat(path, ".backoff.max")));
+  RETURN_IF_ERROR(Positive(p.backoff_reset_after, absl::StrCat(path, ".backoff.reset_after")));
+  RETURN_IF_ERROR(Positive(p.rate_limit_hold, absl::StrCat(path, ".rate_limit.hold")));
+  if (p.max_attempts > kMaxChainTargets) {
+    return Invalid(absl::StrCat(path, ".max_attempts"),
+                   absl::StrCat("must be 0..", kMaxChainTargets, ", got ", p.max_attempts));
+  }
+  if (p.retry_on_statuses.size() > kMaxPhrases || p.retry_on_errors.size() > kMaxPhrases) {
+    return Invalid(path, absl::StrCat("retry_on_statuses and retry_on_errors take at most ", kMaxPhrases, " entries"));
+  }
+  for (const auto& [reason, retries] : p.same_target_retries) {
+    if (retries > 10) {
+      return Invalid(absl::StrCat(path, ".same_target_retries[\"", ReasonName(reason), "\"]"),
+                     absl::StrCat("must be 0..10, got ", retries));
+    }
+  }
+  return FailoverRules::Compile(p, path).status();
+}
+
+absl::Status ValidateChain(const ChainConfig& c, absl::string_view path,
+                           const std::function<std::string(const std::string&)>& kind_of) {
+  RETURN_IF_ERROR(ValidateName(c.name, absl::StrCat(path, ".name")));
+  if (c.targets.size() < kMinChainTargets || c.targets.size() > kMaxChainTargets) {
+    return Invalid(absl::StrCat(path, ".targets"),
+                   absl::StrCat("a chain needs ", kMinChainTargets, "..", kMaxChainTargets, " targets, got ",
+                                c.targets.size()));
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < c.targets.size(); ++i) {
+    const std::string& ref = c.targets[i];
+    const std::string ref_path = absl::StrCat(path, ".targets[", i, "]");
+    RETURN_IF_ERROR(ValidateName(ref, ref_path));
+    if (ref == c.name) return Invalid(ref_path, absl::StrCat("a chain cannot list itself (\"", ref, "\")"));
+    if (!seen.insert(ref).second) return Invalid(ref_path, absl::StrCat("\"", ref, "\" is listed twice"));
+    const std::string kind = kind_of(ref);
+    if (kind == "chain") return Invalid(ref_path, absl::StrCat("\"", ref, "\" is a chain; chains do not nest"));
+    if (kind != "target") return Invalid(ref_path, absl::StrCat("unknown target \"", ref, "\""));
+  }
+  return ValidatePolicy(c.policy, absl::StrCat(path, ".policy"));
+}
+
+}  // namespace failover

@@ -1,0 +1,860 @@
+// The decision engine on a hand-driven clock: plans, hysteresis, strategies,
+// verdicts, pins, manual failover, validation and decisions.
+#include "server/engine/engine.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace failover {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+EngineOptions NoJitter() {
+  EngineOptions o;
+  o.probe_jitter = 0;
+  return o;
+}
+
+TargetConfig Target(const std::string& name, TargetKind kind = TargetKind::kRemote) {
+  TargetConfig t;
+  t.name = name;
+  t.kind = kind;
+  return t;
+}
+
+ChainConfig Chain(const std::string& name, std::vector<std::string> targets, Policy policy = Policy()) {
+  ChainConfig c;
+  c.name = name;
+  c.targets = std::move(targets);
+  c.policy = std::move(policy);
+  return c;
+}
+
+OutcomeFacts Http(uint32_t status, std::string message = "") {
+  OutcomeFacts f;
+  f.http_status = status;
+  f.message = std::move(message);
+  return f;
+}
+
+OutcomeFacts Success() {
+  OutcomeFacts f;
+  f.success = true;
+  return f;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void ApplyOk(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains) {
+    ConfigChange change{std::move(targets), std::move(chains)};
+    auto r = engine_.Apply(change, ApplyOptions{}, now_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    Record(r->events);
+  }
+
+  // The LocalAI two-target chain: remote first, local warm second.
+  void TwoTargetChain(Policy policy = Policy()) {
+    TargetConfig local = Target("gemma-local", TargetKind::kLocal);
+    local.warm = true;
+    ApplyOk({Target("argus-llm"), local}, {Chain("assistant-llm", {"argus-llm", "gemma-local"}, policy)});
+  }
+
+  Plan Pick(const std::string& chain, uint64_t body_bytes = 0, std::vector<std::string> exclude = {},
+            const std::string& session = "") {
+    PickRequest req;
+    req.chain = chain;
+    req.body_bytes = body_bytes;
+    req.exclude_targets = std::move(exclude);
+    req.session_key = session;
+    Plan plan;
+    Events events;
+    absl::Status s = engine_.Pick(req, now_, &plan, &events);
+    EXPECT_TRUE(s.ok()) << s;
+    Record(events);
+    return plan;
+  }
+
+  static std::vector<std::string> Names(const Plan& plan) {
+    std::vector<std::string> out;
+    for (const auto& a : plan.attempts) out.push_back(a.target->config.name);
+    return out;
+  }
+
+  ReportResult Report(const std::string& decision, const std::string& target, OutcomeFacts facts,
+                      const std::string& chain = "") {
+    ReportRequest req;
+    req.decision_id = decision;
+    req.target = target;
+    req.chain = chain;
+    req.facts = std::move(facts);
+    ReportResult r;
+    Events events;
+    absl::Status s = engine_.Report(req, now_, &r, &events);
+    EXPECT_TRUE(s.ok()) << s;
+    Record(events);
+    return r;
+  }
+
+  // Reports a failure on `target` outside any decision (as real traffic would).
+  void FailTarget(const std::string& chain, const std::string& target, uint32_t status = 500) {
+    Report("", target, Http(status), chain);
+  }
+  void SucceedTarget(const std::string& chain, const std::string& target) {
+    Report("", target, Success(), chain);
+  }
+
+  ChainStatus Status(const std::string& chain) {
+    auto v = engine_.GetChain(chain);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v->status;
+  }
+
+  HealthState Health(const std::string& target) {
+    auto v = engine_.GetTarget(target);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v->status.health;
+  }
+
+  void Record(const Events& events) { events_.insert(events_.end(), events.begin(), events.end()); }
+
+  std::vector<Event> Switches(const std::string& chain) {
+    std::vector<Event> out;
+    for (const Event& e : events_) {
+      if (e.kind == EventKind::kChainSwitched && e.chain == chain) out.push_back(e);
+    }
+    return out;
+  }
+
+  std::vector<Event> TargetEvents(const std::string& target) {
+    std::vector<Event> out;
+    for (const Event& e : events_) {
+      if (e.kind == EventKind::kTargetState && e.target == target) out.push_back(e);
+    }
+    return out;
+  }
+
+  void Tick() {
+    Events events;
+    engine_.Tick(now_, &events);
+    Record(events);
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
+  Engine engine_{NoJitter()};
+  Events events_;
+};
+
+// --- the active target and hysteresis (DESIGN 3.3) --------------------------
+
+TEST_F(EngineTest, NewChainStartsPrimaryWithAnInitialEvent) {
+  TwoTargetChain();
+  EXPECT_EQ(Status("assistant-llm").state, ChainState::kPrimary);
+  EXPECT_EQ(Status("assistant-llm").active_target, "argus-llm");
+  auto sw = Switches("assistant-llm");
+  ASSERT_EQ(sw.size(), 1u);
+  EXPECT_EQ(sw[0].switch_reason, SwitchReason::kInitial);
+  EXPECT_EQ(sw[0].to_target, "argus-llm");
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
+}
+
+TEST_F(EngineTest, FailureMovesDownAtOnceAndEmitsTrip) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(500, "boom"));
+  EXPECT_EQ(r.verdict, Verdict::kTryNext);
+  ASSERT_TRUE(r.has_next);
+  EXPECT_EQ(r.next.target->config.name, "gemma-local");
+  EXPECT_EQ(r.target_health, HealthState::kDown);
+  EXPECT_EQ(r.chain_state, ChainState::kFallback);
+  EXPECT_EQ(r.active_target, "gemma-local");
+  auto sw = Switches("assistant-llm");
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[1].switch_reason, SwitchReason::kTrip);
+  EXPECT_EQ(sw[1].from_target, "argus-llm");
+  EXPECT_EQ(sw[1].to_target, "gemma-local");
+  EXPECT_THAT(sw[1].detail, HasSubstr("argus-llm 500 \"boom\""));
+  // Later requests go to the fallback first and leave the DOWN target out.
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+}
+
+TEST_F(EngineTest, MovesBackUpOnlyAfterRecoveryAndMinDwell) {
+  Policy p;
+  p.recovery_probes = 2;
+  p.recovery_min_dwell = absl::Seconds(60);
+  TwoTargetChain(p);
+  const absl::Time tripped = now_;
+  FailTarget("assistant-llm", "argus-llm");
+  ASSERT_EQ(Status("assistant-llm").active_target, "gemma-local");
+
+  now_ = tripped + absl::Seconds(10);
+  SucceedTarget("assistant-llm", "argus-llm");  // RECOVERING, 1 pass
+  EXPECT_EQ(Health("argus-llm"), HealthState::kRecovering);
+  // RECOVERING comes after the usable fallback.
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local", "argus-llm"));
+  SucceedTarget("assistant-llm", "argus-llm");  // HEALTHY
+  EXPECT_EQ(Health("argus-llm"), HealthState::kHealthy);
+  // Recovered, but the fallback has been active for only 10s.
+  EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");
+
+  now_ = tripped + absl::Seconds(60) - absl::Milliseconds(1);  // just before the dwell
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "gemma-local");
+  EXPECT_EQ(Status("assistant-llm").state, ChainState::kFallback);
+
+  now_ = tripped + absl::Seconds(60);  // just after
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+  EXPECT_EQ(Status("assistant-llm").state, ChainState::kPrimary);
+  auto sw = Switches("assistant-llm");
+  EXPECT_EQ(sw.back().switch_reason, SwitchReason::kRecovery);
+  EXPECT_EQ(sw.back().to_target, "argus-llm");
+}
+
+TEST_F(EngineTest, TickMovesBackUpWithoutTraffic) {
+  Policy p;
+  p.recovery_probes = 1;
+  TwoTargetChain(p);
+  FailTarget("assistant-llm", "argus-llm");
+  SucceedTarget("assistant-llm", "argus-llm");
+  now_ += absl::Seconds(61);
+  Tick();
+  EXPECT_EQ(Status("assistant-llm").active_target, "argus-llm");
+}
+
+TEST_F(EngineTest, AllDownIsDegradedAndEveryEnabledTargetIsTriedInOrder) {
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"})});
+  FailTarget("ch", "a");
+  FailTarget("ch", "b");
+  EXPECT_EQ(Status("ch").active_target, "c");
+  FailTarget("ch", "c");
+  ChainStatus s = Status("ch");
+  EXPECT_EQ(s.state, ChainState::kDegraded);
+  EXPECT_EQ(s.active_target, "c");  // kept
+  Plan plan = Pick("ch");
+  EXPECT_EQ(plan.state, ChainState::kDegraded);
+  EXPECT_THAT(Names(plan), ElementsAre("a", "b", "c"));
+}
+
+TEST_F(EngineTest, LeavingDegradedGoesToTheFirstUsableTarget) {
+  Policy p;
+  p.recovery_probes = 1;
+  ApplyOk({Target("a"), Target("b")}, {Chain("ch", {"a", "b"}, p)});
+  FailTarget("ch", "a");
+  FailTarget("ch", "b");
+  ASSERT_EQ(Status("ch").state, ChainState::kDegraded);
+  SucceedTarget("ch", "b");
+  EXPECT_EQ(Status("ch").state, ChainState::kFallback);
+  EXPECT_EQ(Status("ch").active_target, "b");
+}
+
+TEST_F(EngineTest, HealthIsSharedByEveryChainListingATarget) {
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("one", {"a", "b"}), Chain("two", {"a", "c"})});
+  FailTarget("one", "a");
+  EXPECT_EQ(Status("one").active_target, "b");
+  EXPECT_EQ(Status("two").active_target, "c");
+  EXPECT_THAT(Names(Pick("two")), ElementsAre("c"));
+}
+
+TEST_F(EngineTest, TargetSettingsComeFromTheFirstChainByName) {
+  Policy strict;
+  strict.trip_errors = 1;
+  Policy lenient;
+  lenient.trip_errors = 3;
+  // "alpha" sorts first, so its policy governs target a.
+  ApplyOk({Target("a"), Target("b"), Target("c")},
+          {Chain("zulu", {"a", "c"}, strict), Chain("alpha", {"a", "b"}, lenient)});
+  FailTarget("zulu", "a");
+  EXPECT_NE(Health("a"), HealthState::kDown);  // alpha's trip.errors 3 applies, not zulu's 1
+  FailTarget("zulu", "a");
+  FailTarget("zulu", "a");
+  EXPECT_EQ(Health("a"), HealthState::kDown);
+}
+
+TEST_F(EngineTest, LocalTargetWithoutHealthCheckIsUsableAgainAfterMinDwell) {
+  ApplyOk({Target("remote"), Target("local", TargetKind::kLocal)}, {Chain("ch", {"local", "remote"})});
+  FailTarget("ch", "local");
+  EXPECT_EQ(Health("local"), HealthState::kDown);
+  now_ += absl::Seconds(59);
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("remote"));
+  now_ += absl::Seconds(1);
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("local", "remote"));
+  EXPECT_EQ(Health("local"), HealthState::kHealthy);
+}
+
+// --- plans (DESIGN 3.4) -----------------------------------------------------
+
+TEST_F(EngineTest, MaxAttemptsCapsFallbacksAfterTheFirst) {
+  for (uint32_t max : {0u, 1u, 2u}) {
+    Policy p;
+    p.max_attempts = max;
+    const std::string name = "ch" + std::to_string(max);
+    ApplyOk({Target("a"), Target("b"), Target("c"), Target("d")}, {Chain(name, {"a", "b", "c", "d"}, p)});
+    const size_t expected = max == 0 ? 4 : 1 + max;
+    EXPECT_EQ(Pick(name).attempts.size(), expected) << "max_attempts " << max;
+  }
+}
+
+TEST_F(EngineTest, MaxAttemptsCountsOnlyTargetsActuallyTried) {
+  Policy p;
+  p.max_attempts = 1;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"}, p)});
+  FailTarget("ch", "b");  // b is DOWN: skipped without using an attempt
+  Plan plan = Pick("ch");
+  EXPECT_THAT(Names(plan), ElementsAre("a", "c"));
+  ReportResult r1 = Report(plan.decision_id, "a", Http(500));
+  ASSERT_EQ(r1.verdict, Verdict::kTryNext);
+  EXPECT_EQ(r1.next.target->config.name, "c");
+  ReportResult r2 = Report(plan.decision_id, "c", Http(500));
+  EXPECT_EQ(r2.verdict, Verdict::kFail);
+  EXPECT_THAT(r2.error, HasSubstr("max_attempts (1) reached"));
+  EXPECT_THAT(r2.error, HasSubstr("a: 500"));
+  EXPECT_THAT(r2.error, HasSubstr("c: 500"));
+}
+
+TEST_F(EngineTest, LargeBodyGetsOneAttemptAndNoReplay) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm", (32ull << 20) + 1);
+  ASSERT_EQ(plan.attempts.size(), 1u);
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(500));
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_THAT(r.error, HasSubstr("too large to replay"));
+  EXPECT_EQ(Pick("assistant-llm", 32ull << 20).attempts.size(), 1u);  // DOWN target left out; exactly 32 MiB ok
+}
+
+TEST_F(EngineTest, FailoverDisabledGivesOneAttempt) {
+  ApplyOk({Target("a"), Target("b")}, {});
+  ChainConfig c = Chain("ch", {"a", "b"});
+  c.failover_enabled = false;
+  ApplyOk({}, {c});
+  Plan plan = Pick("ch");
+  ASSERT_EQ(plan.attempts.size(), 1u);
+  EXPECT_EQ(Report(plan.decision_id, "a", Http(503)).verdict, Verdict::kRetrySame);  // same-target retries stay
+  Report(plan.decision_id, "a", Http(503));
+  ReportResult r = Report(plan.decision_id, "a", Http(503));
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_THAT(r.error, HasSubstr("failover disabled"));
+}
+
+TEST_F(EngineTest, ExcludedTargetsAreLeftOutAndUnknownOnesAreRefused) {
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"})});
+  EXPECT_THAT(Names(Pick("ch", 0, {"a"})), ElementsAre("b", "c"));
+  PickRequest req;
+  req.chain = "ch";
+  req.exclude_targets = {"a", "zz"};
+  Plan plan;
+  Events ev;
+  absl::Status s = engine_.Pick(req, now_, &plan, &ev);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("exclude_targets[1]"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("zz"));
+}
+
+TEST_F(EngineTest, UnknownChainIsNotFoundNamingIt) {
+  PickRequest req;
+  req.chain = "nope";
+  Plan plan;
+  Events ev;
+  absl::Status s = engine_.Pick(req, now_, &plan, &ev);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("\"nope\""));
+}
+
+TEST_F(EngineTest, AllDisabledOrManualIsUnavailableNamingWhy) {
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b"}), Chain("other", {"a", "c"})});
+  ASSERT_TRUE(engine_.TriggerManualFailover("a", "maintenance", now_).ok());
+  ASSERT_TRUE(engine_.SetTargetEnabled("b", false, now_).ok());
+  PickRequest req;
+  req.chain = "ch";
+  Plan plan;
+  Events ev;
+  absl::Status s = engine_.Pick(req, now_, &plan, &ev);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("a (manual)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("b (disabled)"));
+}
+
+TEST_F(EngineTest, RpmCapSkipsASaturatedTargetWithoutTrippingIt) {
+  TargetConfig a = Target("a");
+  a.limit_rpm = 2;
+  ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));  // saturated: left out
+  EXPECT_NE(Health("a"), HealthState::kDown);
+  EXPECT_EQ(Status("ch").active_target, "a");  // the active target does not move
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+}
+
+// --- strategies --------------------------------------------------------------
+
+TEST_F(EngineTest, WeightedRoundRobinFollowsTheWeights) {
+  TargetConfig a = Target("a");
+  a.weight = 3;
+  TargetConfig b = Target("b");
+  b.weight = 1;
+  ChainConfig c = Chain("rr", {"a", "b"});
+  c.strategy = Strategy::kRoundRobin;
+  ApplyOk({a, b}, {c});
+  std::map<std::string, int> firsts;
+  for (int i = 0; i < 400; ++i) {
+    Plan plan = Pick("rr");
+    ++firsts[plan.attempts[0].target->config.name];
+    ASSERT_EQ(plan.attempts.size(), 2u);  // the other follows
+  }
+  EXPECT_EQ(firsts["a"], 300);
+  EXPECT_EQ(firsts["b"], 100);
+}
+
+TEST_F(EngineTest, RoundRobinCountersSurviveAReload) {
+  ChainConfig c = Chain("rr", {"a", "b"});
+  c.strategy = Strategy::kRoundRobin;
+  ApplyOk({Target("a"), Target("b")}, {c});
+  EXPECT_EQ(Pick("rr").attempts[0].target->config.name, "a");
+  // An unrelated config change (a new target) reloads the snapshot.
+  ApplyOk({Target("x")}, {});
+  EXPECT_EQ(Pick("rr").attempts[0].target->config.name, "b");  // continues, does not restart at a
+}
+
+TEST_F(EngineTest, RoundRobinSessionsStickWhileTheirTargetIsUsable) {
+  ChainConfig c = Chain("rr", {"a", "b", "c"});
+  c.strategy = Strategy::kRoundRobin;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {c});
+  const std::string first = Pick("rr", 0, {}, "user-1").attempts[0].target->config.name;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Pick("rr", 0, {}, "user-1").attempts[0].target->config.name, first);
+  FailTarget("rr", first);
+  EXPECT_NE(Pick("rr", 0, {}, "user-1").attempts[0].target->config.name, first);
+}
+
+TEST_F(EngineTest, LowestCostPicksTheCheapestUsableTargetThenDeclaredOrder) {
+  TargetConfig a = Target("a");
+  a.cost = 3;
+  TargetConfig b = Target("b");
+  b.cost = 1;
+  TargetConfig c = Target("c");
+  c.cost = 2;
+  ChainConfig ch = Chain("cheap", {"a", "b", "c"});
+  ch.strategy = Strategy::kLowestCost;
+  ApplyOk({a, b, c}, {ch});
+  EXPECT_THAT(Names(Pick("cheap")), ElementsAre("b", "a", "c"));
+  FailTarget("cheap", "b");
+  EXPECT_THAT(Names(Pick("cheap")), ElementsAre("c", "a"));
+}
+
+// --- verdicts (DESIGN 3.5) ----------------------------------------------------
+
+TEST_F(EngineTest, SuccessIsDone) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  ReportResult r = Report(plan.decision_id, "argus-llm", Success());
+  EXPECT_EQ(r.verdict, Verdict::kDone);
+  EXPECT_TRUE(r.decision_known);
+  EXPECT_EQ(r.target_health, HealthState::kHealthy);
+}
+
+TEST_F(EngineTest, OverloadedRetriesTheSameTargetTwiceThenMovesOn) {
+  Policy p;
+  p.trip_errors = 5;
+  TwoTargetChain(p);
+  Plan plan = Pick("assistant-llm");
+  ReportResult r1 = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r1.verdict, Verdict::kRetrySame);
+  EXPECT_EQ(r1.retry_delay, absl::Milliseconds(250));
+  ReportResult r2 = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r2.verdict, Verdict::kRetrySame);
+  EXPECT_EQ(r2.retry_delay, absl::Milliseconds(500));
+  ReportResult r3 = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r3.verdict, Verdict::kTryNext);
+  EXPECT_EQ(r3.next.target->config.name, "gemma-local");
+}
+
+TEST_F(EngineTest, NetworkRetriesOnceAndHonoursRetryAfterAsTheDelay) {
+  Policy p;
+  p.trip_errors = 5;
+  TwoTargetChain(p);
+  Plan plan = Pick("assistant-llm");
+  OutcomeFacts f;
+  f.transport = TransportError::kConnectRefused;
+  f.retry_after = absl::Seconds(2);
+  ReportResult r1 = Report(plan.decision_id, "argus-llm", f);
+  EXPECT_EQ(r1.verdict, Verdict::kRetrySame);
+  EXPECT_EQ(r1.retry_delay, absl::Seconds(2));
+  EXPECT_EQ(Report(plan.decision_id, "argus-llm", f).verdict, Verdict::kTryNext);
+}
+
+TEST_F(EngineTest, ClientErrorsFailWithoutCountingAgainstTheTarget) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(400, "This model's maximum context length is 8k"));
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_EQ(r.reason, Reason::kContextOverflow);
+  EXPECT_FALSE(r.counted);
+  EXPECT_NE(Health("argus-llm"), HealthState::kDown);
+  EXPECT_THAT(r.error, HasSubstr("maximum context length"));
+}
+
+TEST_F(EngineTest, FailureAfterTheFirstByteFailsAndStillTripsTheTarget) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  OutcomeFacts f = Http(500);
+  f.phase = Phase::kAfterFirstByte;
+  ReportResult r = Report(plan.decision_id, "argus-llm", f);
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
+  EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");  // the next request uses the next target
+}
+
+TEST_F(EngineTest, WhenEveryTargetFailsTheErrorNamesEachFailure) {
+  ApplyOk({Target("a"), Target("b")}, {Chain("ch", {"a", "b"})});
+  Plan plan = Pick("ch");
+  ReportResult r1 = Report(plan.decision_id, "a", Http(500, "boom"));
+  ASSERT_EQ(r1.verdict, Verdict::kTryNext);
+  ReportResult r2 = Report(plan.decision_id, "b", Http(401, "bad key"));
+  EXPECT_EQ(r2.verdict, Verdict::kFail);
+  EXPECT_EQ(r2.error, "every target failed: a: 500 \"boom\"; b: 401 \"bad key\"");
+}
+
+TEST_F(EngineTest, TryNextIsRecomputedNowAndSkipsWhatWasTried) {
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"})});
+  Plan plan = Pick("ch");
+  ASSERT_THAT(Names(plan), ElementsAre("a", "b", "c"));
+  FailTarget("ch", "b");  // b goes down after the plan was made
+  ReportResult r = Report(plan.decision_id, "a", Http(500));
+  ASSERT_EQ(r.verdict, Verdict::kTryNext);
+  EXPECT_EQ(r.next.target->config.name, "c");
+}
+
+TEST_F(EngineTest, RateLimitHoldsTheTargetWithoutTrippingIt) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  OutcomeFacts f = Http(429);
+  f.retry_after = absl::Seconds(20);
+  ReportResult r = Report(plan.decision_id, "argus-llm", f);
+  EXPECT_EQ(r.verdict, Verdict::kTryNext);
+  EXPECT_FALSE(r.counted);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kUnknown);
+  EXPECT_EQ(Status("assistant-llm").active_target, "argus-llm");  // hold does not move the active target
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+  now_ += absl::Seconds(19);
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+  now_ += absl::Seconds(1);
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
+}
+
+TEST_F(EngineTest, RateLimitHoldIsCappedAtSixtySecondsAndDefaultsToThePolicyHold) {
+  TwoTargetChain();
+  OutcomeFacts f = Http(429);
+  f.retry_after = absl::Hours(1);
+  Report(Pick("assistant-llm").decision_id, "argus-llm", f);
+  now_ += absl::Seconds(60);
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+  Report(Pick("assistant-llm").decision_id, "argus-llm", Http(429));  // no Retry-After: 10s
+  now_ += absl::Seconds(10);
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+}
+
+TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {
+  Policy p;
+  p.rate_limit_on = RateLimitMode::kWait;
+  TwoTargetChain(p);
+  Plan plan = Pick("assistant-llm");
+  OutcomeFacts f = Http(429);
+  f.retry_after = absl::Seconds(7);
+  ReportResult r = Report(plan.decision_id, "argus-llm", f);
+  EXPECT_EQ(r.verdict, Verdict::kRetrySame);
+  EXPECT_EQ(r.retry_delay, absl::Seconds(7));
+}
+
+TEST_F(EngineTest, ReportForAnUnknownOrExpiredDecisionStillUpdatesHealthAndGetsAVerdict) {
+  TwoTargetChain();
+  ReportResult unknown = Report("garbage", "argus-llm", Http(500), "assistant-llm");
+  EXPECT_FALSE(unknown.decision_known);
+  EXPECT_EQ(unknown.verdict, Verdict::kTryNext);
+  EXPECT_EQ(unknown.next.target->config.name, "gemma-local");
+  EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
+
+  Plan plan = Pick("assistant-llm");
+  now_ += absl::Minutes(11);  // past the decision TTL
+  ReportResult expired = Report(plan.decision_id, "gemma-local", Success(), "assistant-llm");
+  EXPECT_FALSE(expired.decision_known);
+  EXPECT_EQ(expired.verdict, Verdict::kDone);
+  EXPECT_EQ(Health("gemma-local"), HealthState::kHealthy);
+}
+
+TEST_F(EngineTest, ReportForATargetOutsideTheChainIsRefused) {
+  ApplyOk({Target("a"), Target("b"), Target("z")}, {Chain("ch", {"a", "b"})});
+  ReportRequest req;
+  req.decision_id = Pick("ch").decision_id;
+  req.target = "z";
+  req.facts = Success();
+  ReportResult r;
+  Events ev;
+  absl::Status s = engine_.Report(req, now_, &r, &ev);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("\"z\" is not a target of chain \"ch\""));
+}
+
+// --- pins and manual failover (DESIGN 3.8) ----------------------------------------
+
+TEST_F(EngineTest, PinForcesOneTargetEvenWhenDownAndUnpinReturnsToTheFirstUsable) {
+  TwoTargetChain();
+  FailTarget("assistant-llm", "gemma-local");
+  ASSERT_TRUE(engine_.Pin("assistant-llm", "gemma-local", now_).ok());
+  Plan plan = Pick("assistant-llm");
+  EXPECT_EQ(plan.state, ChainState::kPinned);
+  EXPECT_THAT(Names(plan), ElementsAre("gemma-local"));
+  auto unpin = engine_.Unpin("assistant-llm", now_);
+  ASSERT_TRUE(unpin.ok());
+  ASSERT_EQ(unpin->size(), 1u);
+  EXPECT_EQ((*unpin)[0].switch_reason, SwitchReason::kUnpin);
+  EXPECT_EQ(Status("assistant-llm").state, ChainState::kPrimary);
+}
+
+TEST_F(EngineTest, PinRefusesATargetOutsideTheChain) {
+  ApplyOk({Target("a"), Target("b"), Target("z")}, {Chain("ch", {"a", "b"})});
+  absl::Status s = engine_.Pin("ch", "z", now_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_.Pin("nope", "a", now_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, ManualFailoverTakesATargetOutUntilCancelledAndAutoNeverOverridesIt) {
+  Policy p;
+  p.recovery_probes = 1;
+  TwoTargetChain(p);
+  auto ev = engine_.TriggerManualFailover("argus-llm", "testing the failover provider", now_);
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  Record(*ev);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kManual);
+  EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");
+  auto te = TargetEvents("argus-llm");
+  ASSERT_FALSE(te.empty());
+  EXPECT_EQ(te.back().source, Source::kManual);
+  EXPECT_EQ(te.back().reason, "testing the failover provider");
+  // Real successes do not bring it back.
+  SucceedTarget("assistant-llm", "argus-llm");
+  now_ += absl::Hours(1);
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+  // Repeating the trigger succeeds without a second event.
+  auto again = engine_.TriggerManualFailover("argus-llm", "again", now_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+  // Cancel restores the route at once (no dwell for an admin action).
+  auto cancel = engine_.CancelManualFailover("argus-llm", now_);
+  ASSERT_TRUE(cancel.ok());
+  Record(*cancel);
+  EXPECT_EQ(Status("assistant-llm").active_target, "argus-llm");
+  EXPECT_EQ(Switches("assistant-llm").back().switch_reason, SwitchReason::kCancel);
+  auto cancel_again = engine_.CancelManualFailover("argus-llm", now_);
+  ASSERT_TRUE(cancel_again.ok());
+  EXPECT_TRUE(cancel_again->empty());
+}
+
+TEST_F(EngineTest, TriggeringAnAutomaticallyDownedTargetUpgradesItToManual) {
+  Policy p;
+  p.recovery_probes = 1;
+  TwoTargetChain(p);
+  FailTarget("assistant-llm", "argus-llm");
+  ASSERT_EQ(Health("argus-llm"), HealthState::kDown);
+  auto ev = engine_.TriggerManualFailover("argus-llm", "hold it", now_);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ(ev->size(), 1u);
+  EXPECT_EQ((*ev)[0].from_health, HealthState::kDown);
+  EXPECT_EQ((*ev)[0].to_health, HealthState::kManual);
+  // Healthy probes no longer recover it.
+  SucceedTarget("assistant-llm", "argus-llm");
+  now_ += absl::Minutes(5);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kManual);
+  EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");
+}
+
+TEST_F(EngineTest, ManualFailoverOfATargetNothingCanFailOverFromIsRefused) {
+  ApplyOk({Target("a"), Target("b"), Target("lonely")}, {Chain("ch", {"a", "b"})});
+  absl::Status s = engine_.TriggerManualFailover("lonely", "", now_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("lonely"));
+  ChainConfig off = Chain("ch", {"a", "b"});
+  off.failover_enabled = false;
+  ApplyOk({}, {off});
+  EXPECT_EQ(engine_.TriggerManualFailover("a", "", now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_.TriggerManualFailover("nope", "", now_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, DisablingATargetMovesTheChainAndEmitsEvents) {
+  TwoTargetChain();
+  auto ev = engine_.SetTargetEnabled("argus-llm", false, now_);
+  ASSERT_TRUE(ev.ok());
+  Record(*ev);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kDisabled);
+  EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");
+  EXPECT_EQ(Switches("assistant-llm").back().switch_reason, SwitchReason::kConfig);
+  ASSERT_TRUE(engine_.SetTargetEnabled("argus-llm", true, now_).ok());
+  EXPECT_EQ(Health("argus-llm"), HealthState::kUnknown);
+}
+
+// --- config validation (DESIGN 3.1) -----------------------------------------------
+
+class ValidationTest : public EngineTest {
+ protected:
+  void SetUp() override { ApplyOk({Target("a"), Target("b")}, {Chain("ch", {"a", "b"})}); }
+  // Applies and expects INVALID_ARGUMENT with `path` and `value` in the message,
+  // and nothing saved.
+  void ExpectRejected(ConfigChange change, const std::string& path, const std::string& value,
+                      absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+    const uint64_t before = engine_.generation();
+    const size_t targets = engine_.ListTargets().size();
+    const size_t chains = engine_.ListChains().size();
+    auto r = engine_.Apply(change, ApplyOptions{}, now_);
+    ASSERT_FALSE(r.ok()) << "accepted; expected an error at " << path;
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(path));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(value));
+    EXPECT_EQ(engine_.generation(), before);
+    EXPECT_EQ(engine_.ListTargets().size(), targets);
+    EXPECT_EQ(engine_.ListChains().size(), chains);
+  }
+  ConfigChange WithChainPolicy(std::function<void(Policy&)> edit) {
+    Policy p;
+    edit(p);
+    return ConfigChange{{Target("new-ok")}, {Chain("ch2", {"a", "b"}, p)}};
+  }
+};
+
+TEST_F(ValidationTest, ModelNamesWithSlashesAndColonsAreAccepted) {
+  ApplyOk({Target("ollama/qwen3:8b"), Target("user@host.example-1_x")}, {});
+  EXPECT_TRUE(engine_.GetTarget("ollama/qwen3:8b").ok());
+}
+
+TEST_F(ValidationTest, BadNames) {
+  ExpectRejected({{Target("")}, {}}, "targets[0].name", "empty");
+  ExpectRejected({{Target("ok"), Target("has space")}, {}}, "targets[1].name", "has space");
+  ExpectRejected({{Target(std::string(129, 'x'))}, {}}, "targets[0].name", "129");
+  ExpectRejected({{}, {Chain("bad!", {"a", "b"})}}, "chains[0].name", "bad!");
+}
+
+TEST_F(ValidationTest, BadTargetFields) {
+  TargetConfig t = Target("t");
+  t.cost = -1;
+  ExpectRejected({{t}, {}}, "targets[0].cost", "-1");
+  t = Target("t");
+  t.timeout = absl::Seconds(-1);
+  ExpectRejected({{t}, {}}, "targets[0].timeout", "-1s");
+  t = Target("t");
+  t.max_retries = 101;
+  ExpectRejected({{t}, {}}, "targets[0].max_retries", "101");
+  t = Target("t");
+  for (int i = 0; i < 65; ++i) t.labels["k" + std::to_string(i)] = "v";
+  ExpectRejected({{t}, {}}, "targets[0].labels", "65");
+  ExpectRejected({{Target("t"), Target("t")}, {}}, "targets[1].name", "appears twice");
+  ExpectRejected({{Target("ch")}, {}}, "targets[0].name", "name of a chain");
+}
+
+TEST_F(ValidationTest, BadChainTargetLists) {
+  ExpectRejected({{}, {Chain("c", {"a"})}}, "chains[0].targets", "got 1");
+  ExpectRejected({{}, {Chain("c", {"a", "a"})}}, "chains[0].targets[1]", "listed twice");
+  ExpectRejected({{}, {Chain("c", {"a", "c"})}}, "chains[0].targets[1]", "itself");
+  ExpectRejected({{}, {Chain("c", {"a", "ch"})}}, "chains[0].targets[1]", "chains do not nest");
+  ExpectRejected({{}, {Chain("c", {"a", "ghost"})}}, "chains[0].targets[1]", "unknown target \"ghost\"");
+  std::vector<std::string> many;
+  std::vector<TargetConfig> targets;
+  for (int i = 0; i < 65; ++i) {
+    many.push_back("t" + std::to_string(i));
+    targets.push_back(Target(many.back()));
+  }
+  ExpectRejected({targets, {Chain("c", many)}}, "chains[0].targets", "got 65");
+  ExpectRejected({{}, {Chain("a", {"a", "b"})}}, "chains[0].name", "name of a target");
+}
+
+TEST_F(ValidationTest, BadPolicyFields) {
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.probe_interval = absl::ZeroDuration(); }),
+                 "chains[0].policy.probe.interval", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.probe_timeout = absl::Seconds(-5); }),
+                 "chains[0].policy.probe.timeout", "-5s");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.trip_errors = 0; }), "chains[0].policy.trip.errors", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.trip_window = absl::ZeroDuration(); }),
+                 "chains[0].policy.trip.window", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.recovery_probes = 0; }), "chains[0].policy.recovery.probes",
+                 "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.recovery_min_dwell = absl::Seconds(-1); }),
+                 "chains[0].policy.recovery.min_dwell", "-1s");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.backoff_factor = 0.5; }), "chains[0].policy.backoff.factor",
+                 "0.5");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.backoff_steps = 65; }), "chains[0].policy.backoff.steps", "65");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.backoff_max = absl::ZeroDuration(); }),
+                 "chains[0].policy.backoff.max", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.backoff_reset_after = absl::ZeroDuration(); }),
+                 "chains[0].policy.backoff.reset_after", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.rate_limit_hold = absl::ZeroDuration(); }),
+                 "chains[0].policy.rate_limit.hold", "0");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.max_attempts = 65; }), "chains[0].policy.max_attempts", "65");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.retry_on_statuses = {"5xx", "abc"}; }),
+                 "chains[0].policy.retry_on_statuses[1]", "abc");
+  ExpectRejected(WithChainPolicy([](Policy& p) { p.same_target_retries[Reason::kNetwork] = 11; }),
+                 "chains[0].policy.same_target_retries[\"network\"]", "11");
+}
+
+TEST_F(ValidationTest, DryRunReportsTheDiffAndSavesNothing) {
+  TargetConfig a = Target("a");
+  a.weight = 5;
+  ConfigChange change{{a, Target("new")}, {}};
+  ApplyOptions dry;
+  dry.dry_run = true;
+  const uint64_t before = engine_.generation();
+  auto r = engine_.Apply(change, dry, now_);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->changes.size(), 2u);
+  EXPECT_EQ(r->changes[0].change, ConfigChangeKind::kUpdated);
+  EXPECT_THAT(r->changes[0].changed_fields, ElementsAre("weight"));
+  EXPECT_EQ(r->changes[1].change, ConfigChangeKind::kCreated);
+  EXPECT_EQ(engine_.generation(), before);
+  EXPECT_FALSE(engine_.GetTarget("new").ok());
+  EXPECT_EQ(engine_.GetTarget("a")->config.weight, 1u);
+}
+
+TEST_F(ValidationTest, ReapplyingTheSameConfigChangesNothing) {
+  const uint64_t before = engine_.generation();
+  auto r = engine_.Apply(ConfigChange{{Target("a"), Target("b")}, {Chain("ch", {"a", "b"})}}, ApplyOptions{}, now_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation, before);
+  EXPECT_TRUE(r->events.empty());
+}
+
+TEST_F(ValidationTest, WarmOnARemoteTargetIsAcceptedWithAWarning) {
+  TargetConfig t = Target("r");
+  t.warm = true;
+  auto r = engine_.Apply(ConfigChange{{t}, {}}, ApplyOptions{}, now_);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->warnings.size(), 1u);
+  EXPECT_THAT(r->warnings[0], HasSubstr("targets[0].warm"));
+}
+
+TEST_F(ValidationTest, DeletingATargetThatAChainListsIsRefusedNamingTheChains) {
+  absl::Status s = engine_.DeleteTarget("a", now_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ch"));
+  ASSERT_TRUE(engine_.DeleteChain("ch", now_).ok());
+  EXPECT_TRUE(engine_.DeleteTarget("a", now_).ok());
+  EXPECT_EQ(engine_.DeleteTarget("a", now_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ValidationTest, ObjectsFromAConfigFileCannotBeChangedOverTheApi) {
+  ApplyOptions file;
+  file.managed_by = "/etc/failoverd/chains.yaml";
+  ASSERT_TRUE(engine_.Apply(ConfigChange{{Target("f1"), Target("f2")}, {Chain("fc", {"f1", "f2"})}}, file, now_).ok());
+  TargetConfig edit = Target("f1");
+  edit.weight = 9;
+  ExpectRejected({{edit}, {}}, "targets[0]", "/etc/failoverd/chains.yaml", absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_.DeleteChain("fc", now_).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ValidationTest, AChainCannotDropItsPinnedTarget) {
+  ApplyOk({Target("c")}, {});
+  ASSERT_TRUE(engine_.Pin("ch", "b", now_).ok());
+  ExpectRejected({{}, {Chain("ch", {"a", "c"})}}, "ch", "pinned", absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace failover

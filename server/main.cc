@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,10 @@
 #include "prometheus/registry.h"
 #include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
+#include "server/api/event_log.h"
+#include "server/api/service_context.h"
+#include "server/engine/clock.h"
+#include "server/engine/engine.h"
 #include "server/log/log.h"
 #include "storage/store.h"
 
@@ -37,6 +42,40 @@ struct Flags {
 // The services whose health is reported; "" is the server as a whole.
 constexpr const char* kHealthServices[] = {"", "failover.v1.DecisionService",
                                            "failover.v1.AdminService"};
+
+// Runs the engine's time-driven work (dwell expiry, targets without health
+// checks coming back, decision expiry) about once a second.
+class Ticker {
+ public:
+  Ticker(failover::Engine* engine, const failover::Clock* clock, failover::api::EventLog* events)
+      : engine_(engine), clock_(clock), events_(events), thread_([this] { Run(); }) {}
+  ~Ticker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1))) {
+      mu_.Unlock();
+      failover::Events events;
+      engine_->Tick(clock_->Now(), &events);
+      events_->Publish(std::move(events));
+      mu_.Lock();
+    }
+  }
+
+  failover::Engine* engine_;
+  const failover::Clock* clock_;
+  failover::api::EventLog* events_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 void SetServing(grpc::Server* server, bool serving) {
   for (const char* name : kHealthServices) {
@@ -75,8 +114,13 @@ int Run(const Flags& flags) {
     }
   }
 
-  failover::api::DecisionService decision_service;
-  failover::api::AdminService admin_service;
+  failover::RealClock clock;
+  failover::Engine engine;
+  failover::api::EventLog event_log;
+  failover::api::ServiceContext context{&engine, &clock, &event_log, clock.Now(), FAILOVERD_VERSION};
+  failover::api::DecisionService decision_service(context);
+  failover::api::AdminService admin_service(context);
+  Ticker ticker(&engine, &clock, &event_log);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

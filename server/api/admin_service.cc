@@ -1,69 +1,274 @@
+// Each handler has the same shape: check, convert, call the engine, publish
+// the events it returns, convert back. Decisions live in the engine.
 #include "server/api/admin_service.h"
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "server/api/convert.h"
+#include "server/api/status_convert.h"
 #include "server/api/unimplemented.h"
+#include "server/engine/status_macros.h"
+#include "server/engine/validate.h"
 
 namespace failover::api {
 
-using namespace failover::v1;
+using failover::v1::ApplyRequest;
+using failover::v1::ApplyResponse;
+using failover::v1::GetTargetRequest;
+using failover::v1::ListTargetsRequest;
+using failover::v1::ListTargetsResponse;
+using failover::v1::DeleteTargetRequest;
+using failover::v1::DeleteResponse;
+using failover::v1::GetChainRequest;
+using failover::v1::ListChainsRequest;
+using failover::v1::ListChainsResponse;
+using failover::v1::DeleteChainRequest;
+using failover::v1::PinChainRequest;
+using failover::v1::UnpinChainRequest;
+using failover::v1::TriggerFailoverRequest;
+using failover::v1::CancelFailoverRequest;
+using failover::v1::SetTargetEnabledRequest;
+using failover::v1::ProbeNowRequest;
+using failover::v1::ProbeNowResponse;
+using failover::v1::ListEventsRequest;
+using failover::v1::ListEventsResponse;
+using failover::v1::GetStatusRequest;
+using failover::v1::StatusResponse;
 
-grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const ApplyRequest*, ApplyResponse*) {
-  return FinishUnimplemented(ctx, "Apply");
+grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const ApplyRequest* request,
+    ApplyResponse* response) {
+  return FinishUnary(ctx, [&] { return DoApply(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const GetTargetRequest*, TargetView*) {
-  return FinishUnimplemented(ctx, "GetTarget");
+grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const GetTargetRequest* request,
+    failover::v1::TargetView* response) {
+  return FinishUnary(ctx, [&] { return DoGetTarget(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext* ctx, const ListTargetsRequest*, ListTargetsResponse*) {
-  return FinishUnimplemented(ctx, "ListTargets");
+grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext* ctx, const ListTargetsRequest* request,
+    ListTargetsResponse* response) {
+  return FinishUnary(ctx, [&] { return DoListTargets(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const DeleteTargetRequest*, DeleteResponse*) {
-  return FinishUnimplemented(ctx, "DeleteTarget");
+grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const DeleteTargetRequest* request,
+    DeleteResponse* response) {
+  return FinishUnary(ctx, [&] { return DoDeleteTarget(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const GetChainRequest*, ChainView*) {
-  return FinishUnimplemented(ctx, "GetChain");
+grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const GetChainRequest* request,
+    failover::v1::ChainView* response) {
+  return FinishUnary(ctx, [&] { return DoGetChain(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* ctx, const ListChainsRequest*, ListChainsResponse*) {
-  return FinishUnimplemented(ctx, "ListChains");
+grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* ctx, const ListChainsRequest* request,
+    ListChainsResponse* response) {
+  return FinishUnary(ctx, [&] { return DoListChains(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const DeleteChainRequest*, DeleteResponse*) {
-  return FinishUnimplemented(ctx, "DeleteChain");
+grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const DeleteChainRequest* request,
+    DeleteResponse* response) {
+  return FinishUnary(ctx, [&] { return DoDeleteChain(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const PinChainRequest*, ChainView*) {
-  return FinishUnimplemented(ctx, "PinChain");
+grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const PinChainRequest* request,
+    failover::v1::ChainView* response) {
+  return FinishUnary(ctx, [&] { return DoPinChain(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const UnpinChainRequest*, ChainView*) {
-  return FinishUnimplemented(ctx, "UnpinChain");
+grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const UnpinChainRequest* request,
+    failover::v1::ChainView* response) {
+  return FinishUnary(ctx, [&] { return DoUnpinChain(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const TriggerFailoverRequest*, TargetView*) {
-  return FinishUnimplemented(ctx, "TriggerFailover");
+grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const TriggerFailoverRequest* request,
+    failover::v1::TargetView* response) {
+  return FinishUnary(ctx, [&] { return DoTriggerFailover(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const CancelFailoverRequest*, TargetView*) {
-  return FinishUnimplemented(ctx, "CancelFailover");
+grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const CancelFailoverRequest* request,
+    failover::v1::TargetView* response) {
+  return FinishUnary(ctx, [&] { return DoCancelFailover(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const SetTargetEnabledRequest*, TargetView*) {
-  return FinishUnimplemented(ctx, "SetTargetEnabled");
+grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const SetTargetEnabledRequest* request,
+    failover::v1::TargetView* response) {
+  return FinishUnary(ctx, [&] { return DoSetTargetEnabled(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const ProbeNowRequest*, ProbeNowResponse*) {
   return FinishUnimplemented(ctx, "ProbeNow");
 }
 
-grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const ListEventsRequest*, ListEventsResponse*) {
-  return FinishUnimplemented(ctx, "ListEvents");
+grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const ListEventsRequest* request,
+    ListEventsResponse* response) {
+  return FinishUnary(ctx, [&] { return DoListEvents(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest*, StatusResponse*) {
-  return FinishUnimplemented(ctx, "GetStatus");
+grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
+    StatusResponse* response) {
+  return FinishUnary(ctx, [&] { return DoGetStatus(*request, response); });
+}
+namespace {
+
+void FillTargetView(const failover::TargetView& v, failover::v1::TargetView* out) {
+  TargetToProto(v.config, out->mutable_config());
+  TargetStatusToProto(v.status, out->mutable_status());
+}
+
+void FillChainView(const failover::ChainView& v, failover::v1::ChainView* out) {
+  ChainToProto(v.config, out->mutable_config());
+  ChainStatusToProto(v.status, out->mutable_status());
+}
+
+}  // namespace
+
+absl::Status AdminService::TargetViewOf(const std::string& name, failover::v1::TargetView* resp) {
+  ASSIGN_OR_RETURN(failover::TargetView view, ctx_.engine->GetTarget(name));
+  FillTargetView(view, resp);
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::ChainViewOf(const std::string& name, failover::v1::ChainView* resp) {
+  ASSIGN_OR_RETURN(failover::ChainView view, ctx_.engine->GetChain(name));
+  FillChainView(view, resp);
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp) {
+  ASSIGN_OR_RETURN(ConfigChange change, ConfigChangeFromProto(req));
+  ApplyOptions options;
+  options.dry_run = req.dry_run();
+  ASSIGN_OR_RETURN(ApplyResult result, ctx_.engine->Apply(change, options, ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(result.events));
+  resp->set_generation(result.generation);
+  resp->set_dry_run(req.dry_run());
+  for (const ConfigDiff& d : result.changes) DiffToProto(d, resp->add_changes());
+  for (const std::string& w : result.warnings) resp->add_warnings(w);
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoGetTarget(const GetTargetRequest& req, failover::v1::TargetView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.name(), "name"));
+  return TargetViewOf(req.name(), resp);
+}
+
+absl::Status AdminService::DoListTargets(const ListTargetsRequest&, ListTargetsResponse* resp) {
+  for (const auto& v : ctx_.engine->ListTargets()) FillTargetView(v, resp->add_targets());
+  resp->set_generation(ctx_.engine->generation());
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoDeleteTarget(const DeleteTargetRequest& req, DeleteResponse* resp) {
+  RETURN_IF_ERROR(ValidateName(req.name(), "name"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  resp->set_generation(ctx_.engine->generation());
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoGetChain(const GetChainRequest& req, failover::v1::ChainView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.name(), "name"));
+  return ChainViewOf(req.name(), resp);
+}
+
+absl::Status AdminService::DoListChains(const ListChainsRequest&, ListChainsResponse* resp) {
+  for (const auto& v : ctx_.engine->ListChains()) FillChainView(v, resp->add_chains());
+  resp->set_generation(ctx_.engine->generation());
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoDeleteChain(const DeleteChainRequest& req, DeleteResponse* resp) {
+  RETURN_IF_ERROR(ValidateName(req.name(), "name"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  resp->set_generation(ctx_.engine->generation());
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoPinChain(const PinChainRequest& req, failover::v1::ChainView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  return ChainViewOf(req.chain(), resp);
+}
+
+absl::Status AdminService::DoUnpinChain(const UnpinChainRequest& req, failover::v1::ChainView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->Unpin(req.chain(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  return ChainViewOf(req.chain(), resp);
+}
+
+absl::Status AdminService::DoTriggerFailover(const TriggerFailoverRequest& req, failover::v1::TargetView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  if (req.reason().size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
+  ASSIGN_OR_RETURN(Events events,
+                   ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  return TargetViewOf(req.target(), resp);
+}
+
+absl::Status AdminService::DoCancelFailover(const CancelFailoverRequest& req, failover::v1::TargetView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  return TargetViewOf(req.target(), resp);
+}
+
+absl::Status AdminService::DoSetTargetEnabled(const SetTargetEnabledRequest& req, failover::v1::TargetView* resp) {
+  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  ASSIGN_OR_RETURN(Events events, ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now()));
+  ctx_.events->Publish(std::move(events));
+  return TargetViewOf(req.target(), resp);
+}
+
+absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEventsResponse* resp) {
+  constexpr uint32_t kDefaultLimit = 20;
+  constexpr uint32_t kMaxLimit = 1000;
+  if (req.limit() > kMaxLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("limit: at most ", kMaxLimit, ", got ", req.limit()));
+  }
+  for (int i = 0; i < req.chains_size(); ++i) {
+    RETURN_IF_ERROR(ValidateName(req.chains(i), absl::StrCat("chains[", i, "]")));
+  }
+  for (int i = 0; i < req.targets_size(); ++i) {
+    RETURN_IF_ERROR(ValidateName(req.targets(i), absl::StrCat("targets[", i, "]")));
+  }
+  // A chain filter also passes the target events of the chain's targets.
+  absl::flat_hash_set<std::string> chains(req.chains().begin(), req.chains().end());
+  absl::flat_hash_set<std::string> targets(req.targets().begin(), req.targets().end());
+  auto snap = ctx_.engine->snapshot();
+  for (const std::string& c : chains) {
+    if (const ChainEntry* entry = snap->FindChain(c)) {
+      for (const std::string& t : entry->config.targets) targets.insert(t);
+    }
+  }
+  const bool all = chains.empty() && targets.empty();
+  auto match = [&](const failover::Event& e) {
+    if (all) return true;
+    switch (e.kind) {
+      case EventKind::kChainSwitched: return chains.contains(e.chain);
+      case EventKind::kTargetState: return targets.contains(e.target);
+      case EventKind::kConfigChanged: return chains.contains(e.object_name) || targets.contains(e.object_name);
+    }
+    return false;
+  };
+  for (const auto& e : ctx_.events->Recent(req.limit() == 0 ? kDefaultLimit : req.limit(), match)) {
+    EventToProto(e, resp->add_events());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdminService::DoGetStatus(const GetStatusRequest&, StatusResponse* resp) {
+  for (const auto& v : ctx_.engine->ListChains()) ChainStatusToProto(v.status, resp->add_chains());
+  for (const auto& v : ctx_.engine->ListTargets()) TargetStatusToProto(v.status, resp->add_targets());
+  resp->set_config_generation(ctx_.engine->generation());
+  const absl::Time now = ctx_.clock->Now();
+  TimeToProto(now, resp->mutable_server_time());
+  DurationToProto(now - ctx_.started, resp->mutable_uptime());
+  resp->set_version(ctx_.version);
+  return absl::OkStatus();
 }
 
 }  // namespace failover::api

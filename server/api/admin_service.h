@@ -2,11 +2,14 @@
 #pragma once
 
 #include "failover/v1/admin.grpc.pb.h"
+#include "server/api/service_context.h"
 
 namespace failover::api {
 
 class AdminService final : public failover::v1::AdminService::CallbackService {
  public:
+  explicit AdminService(ServiceContext ctx) : ctx_(ctx) {}
+
   grpc::ServerUnaryReactor* Apply(grpc::CallbackServerContext* ctx, const failover::v1::ApplyRequest* request,
       failover::v1::ApplyResponse* response) override;
   grpc::ServerUnaryReactor* GetTarget(grpc::CallbackServerContext* ctx, const failover::v1::GetTargetRequest* request,
@@ -37,6 +40,26 @@ class AdminService final : public failover::v1::AdminService::CallbackService {
       failover::v1::ListEventsResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const failover::v1::GetStatusRequest* request,
       failover::v1::StatusResponse* response) override;
+
+ private:
+  absl::Status DoApply(const failover::v1::ApplyRequest& req, failover::v1::ApplyResponse* resp);
+  absl::Status DoGetTarget(const failover::v1::GetTargetRequest& req, failover::v1::TargetView* resp);
+  absl::Status DoListTargets(const failover::v1::ListTargetsRequest& req, failover::v1::ListTargetsResponse* resp);
+  absl::Status DoDeleteTarget(const failover::v1::DeleteTargetRequest& req, failover::v1::DeleteResponse* resp);
+  absl::Status DoGetChain(const failover::v1::GetChainRequest& req, failover::v1::ChainView* resp);
+  absl::Status DoListChains(const failover::v1::ListChainsRequest& req, failover::v1::ListChainsResponse* resp);
+  absl::Status DoDeleteChain(const failover::v1::DeleteChainRequest& req, failover::v1::DeleteResponse* resp);
+  absl::Status DoPinChain(const failover::v1::PinChainRequest& req, failover::v1::ChainView* resp);
+  absl::Status DoUnpinChain(const failover::v1::UnpinChainRequest& req, failover::v1::ChainView* resp);
+  absl::Status DoTriggerFailover(const failover::v1::TriggerFailoverRequest& req, failover::v1::TargetView* resp);
+  absl::Status DoCancelFailover(const failover::v1::CancelFailoverRequest& req, failover::v1::TargetView* resp);
+  absl::Status DoSetTargetEnabled(const failover::v1::SetTargetEnabledRequest& req, failover::v1::TargetView* resp);
+  absl::Status DoListEvents(const failover::v1::ListEventsRequest& req, failover::v1::ListEventsResponse* resp);
+  absl::Status DoGetStatus(const failover::v1::GetStatusRequest& req, failover::v1::StatusResponse* resp);
+  absl::Status TargetViewOf(const std::string& name, failover::v1::TargetView* resp);
+  absl::Status ChainViewOf(const std::string& name, failover::v1::ChainView* resp);
+
+  ServiceContext ctx_;
 };
 
 }  // namespace failover::api

@@ -1,20 +1,36 @@
 #include "server/api/decision_service.h"
 
+#include "absl/strings/str_cat.h"
+#include "server/api/convert.h"
+#include "server/api/status_convert.h"
 #include "server/api/unimplemented.h"
+#include "server/engine/status_macros.h"
+#include "server/engine/validate.h"
 
 namespace failover::api {
 
-using namespace failover::v1;
+using failover::v1::PickTargetRequest;
+using failover::v1::PickTargetResponse;
+using failover::v1::ReportOutcomeRequest;
+using failover::v1::ReportOutcomeResponse;
+using failover::v1::ProbeRequest;
+using failover::v1::ProbeResponse;
+using failover::v1::WatchEventsRequest;
+
+namespace {
+constexpr size_t kMaxSessionKey = 256;
+}  // namespace
 
 grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx,
-                                                      const PickTargetRequest*, PickTargetResponse*) {
-  return FinishUnimplemented(ctx, "PickTarget");
+                                                      const PickTargetRequest* request,
+                                                      PickTargetResponse* response) {
+  return FinishUnary(ctx, [&] { return Pick(*request, response); });
 }
 
 grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx,
-                                                         const ReportOutcomeRequest*,
-                                                         ReportOutcomeResponse*) {
-  return FinishUnimplemented(ctx, "ReportOutcome");
+                                                         const ReportOutcomeRequest* request,
+                                                         ReportOutcomeResponse* response) {
+  return FinishUnary(ctx, [&] { return Report(*request, response); });
 }
 
 grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const ProbeRequest*,
@@ -22,9 +38,72 @@ grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ct
   return FinishUnimplemented(ctx, "Probe");
 }
 
-grpc::ServerWriteReactor<Event>* DecisionService::WatchEvents(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext*,
                                                               const WatchEventsRequest*) {
-  return new UnimplementedWriter<Event>("WatchEvents");
+  return new UnimplementedWriter<failover::v1::Event>("WatchEvents");
+}
+
+absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetResponse* resp) {
+  RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  if (req.exclude_targets_size() > static_cast<int>(kMaxChainTargets)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exclude_targets: at most ", kMaxChainTargets, " entries, got ", req.exclude_targets_size()));
+  }
+  if (req.session_key().size() > kMaxSessionKey) {
+    return absl::InvalidArgumentError(absl::StrCat("session_key: at most ", kMaxSessionKey, " bytes"));
+  }
+  PickRequest pick;
+  pick.chain = req.chain();
+  pick.body_bytes = req.body_bytes();
+  pick.exclude_targets.assign(req.exclude_targets().begin(), req.exclude_targets().end());
+  pick.session_key = req.session_key();
+  Plan plan;
+  Events events;
+  const absl::Status status = ctx_.engine->Pick(pick, ctx_.clock->Now(), &plan, &events);
+  ctx_.events->Publish(std::move(events));
+  RETURN_IF_ERROR(status);
+  resp->set_decision_id(plan.decision_id);
+  resp->set_chain_state(ChainStateToProto(plan.state));
+  resp->set_config_generation(plan.generation);
+  resp->set_active_target(plan.active_target);
+  for (const PlannedAttempt& a : plan.attempts) AttemptToProto(a, resp->add_attempts());
+  return absl::OkStatus();
+}
+
+absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp) {
+  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  if (!req.chain().empty()) RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  ReportRequest report;
+  report.decision_id = req.decision_id();
+  report.chain = req.chain();
+  report.target = req.target();
+  report.attempt = req.attempt();
+  switch (req.result_case()) {
+    case ReportOutcomeRequest::kSuccess: report.facts.success = true; break;
+    case ReportOutcomeRequest::kFailure: {
+      ASSIGN_OR_RETURN(report.facts, FailureFromProto(req.failure(), "failure"));
+      break;
+    }
+    default: return absl::InvalidArgumentError("result: set either success or failure");
+  }
+  ReportResult result;
+  Events events;
+  const absl::Status status = ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events);
+  ctx_.events->Publish(std::move(events));
+  RETURN_IF_ERROR(status);
+  resp->set_verdict(VerdictToProto(result.verdict));
+  resp->set_reason(ReasonToProto(result.reason));
+  if (result.verdict == Verdict::kRetrySame) DurationToProto(result.retry_delay, resp->mutable_retry_delay());
+  if (result.has_next) AttemptToProto(result.next, resp->mutable_next_attempt());
+  resp->set_error(result.error);
+  resp->set_counted(result.counted);
+  resp->set_target_health(HealthToProto(result.target_health));
+  if (!result.active_target.empty()) {  // a chain was known
+    resp->set_chain_state(ChainStateToProto(result.chain_state));
+    resp->set_active_target(result.active_target);
+  }
+  resp->set_decision_known(result.decision_known);
+  return absl::OkStatus();
 }
 
 }  // namespace failover::api

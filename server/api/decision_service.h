@@ -2,11 +2,14 @@
 #pragma once
 
 #include "failover/v1/decision.grpc.pb.h"
+#include "server/api/service_context.h"
 
 namespace failover::api {
 
 class DecisionService final : public failover::v1::DecisionService::CallbackService {
  public:
+  explicit DecisionService(ServiceContext ctx) : ctx_(ctx) {}
+
   grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx,
                                        const failover::v1::PickTargetRequest* request,
                                        failover::v1::PickTargetResponse* response) override;
@@ -18,6 +21,12 @@ class DecisionService final : public failover::v1::DecisionService::CallbackServ
                                   failover::v1::ProbeResponse* response) override;
   grpc::ServerWriteReactor<failover::v1::Event>* WatchEvents(
       grpc::CallbackServerContext* ctx, const failover::v1::WatchEventsRequest* request) override;
+
+ private:
+  absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
+  absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp);
+
+  ServiceContext ctx_;
 };
 
 }  // namespace failover::api

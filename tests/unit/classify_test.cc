@@ -35,6 +35,8 @@ struct Row {
   uint32_t retries;
 };
 
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
+
 class ClassifyTableTest : public ::testing::TestWithParam<Row> {};
 
 TEST_P(ClassifyTableTest, MatchesTheDesignTable) {

@@ -1,0 +1,78 @@
+#include "server/api/event_log.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/log/log.h"
+
+namespace failover::api {
+namespace {
+
+const char* ChangeName(ConfigChangeKind c) {
+  switch (c) {
+    case ConfigChangeKind::kCreated: return "created";
+    case ConfigChangeKind::kUpdated: return "updated";
+    case ConfigChangeKind::kDeleted: return "deleted";
+    case ConfigChangeKind::kUnchanged: return "unchanged";
+  }
+  return "changed";
+}
+
+const char* ObjectName(ConfigObject o) {
+  switch (o) {
+    case ConfigObject::kTarget: return "target";
+    case ConfigObject::kChain: return "chain";
+    case ConfigObject::kPin: return "pin";
+  }
+  return "object";
+}
+
+}  // namespace
+
+EventLog::EventLog(size_t keep_recent, uint64_t next_sequence)
+    : keep_recent_(keep_recent), next_sequence_(next_sequence) {}
+
+std::string EventLog::Describe(const Event& e) {
+  switch (e.kind) {
+    case EventKind::kChainSwitched: {
+      std::string line = absl::StrCat("chain ", e.chain, ": ", e.from_target.empty() ? "(none)" : e.from_target,
+                                      " -> ", e.to_target, " (", SwitchReasonName(e.switch_reason));
+      if (!e.detail.empty()) absl::StrAppend(&line, ": ", e.detail);
+      absl::StrAppend(&line, ") state ", ChainStateName(e.from_chain_state), " -> ", ChainStateName(e.to_chain_state));
+      return line;
+    }
+    case EventKind::kTargetState:
+      return absl::StrCat("target ", e.target, ": ", HealthStateName(e.from_health), " -> ",
+                          HealthStateName(e.to_health), " (", SourceName(e.source),
+                          e.reason.empty() ? "" : ": ", e.reason, ")");
+    case EventKind::kConfigChanged:
+      return absl::StrCat("config: ", ObjectName(e.what), " ", e.object_name, " ", ChangeName(e.change),
+                          " (generation ", e.generation, ")");
+  }
+  return "event";
+}
+
+void EventLog::Publish(Events events) {
+  if (events.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (Event& e : events) {
+    e.sequence = next_sequence_++;
+    log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
+    recent_.push_back(std::move(e));
+    if (recent_.size() > keep_recent_) recent_.pop_front();
+  }
+}
+
+std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const Event&)>& match) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Event> out;
+  for (auto it = recent_.rbegin(); it != recent_.rend() && out.size() < limit; ++it) {
+    if (match(*it)) out.push_back(*it);
+  }
+  return std::vector<Event>(out.rbegin(), out.rend());
+}
+
+uint64_t EventLog::last_sequence() const {
+  absl::MutexLock lock(&mu_);
+  return next_sequence_ - 1;
+}
+
+}  // namespace failover::api

@@ -1,0 +1,21 @@
+// What every RPC handler needs: the engine, the time source and where events go.
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "server/api/event_log.h"
+#include "server/engine/clock.h"
+#include "server/engine/engine.h"
+
+namespace failover::api {
+
+struct ServiceContext {
+  Engine* engine = nullptr;
+  const Clock* clock = nullptr;
+  EventLog* events = nullptr;
+  absl::Time started;
+  std::string version;
+};
+
+}  // namespace failover::api

@@ -1,0 +1,339 @@
+// The decision engine through a real failoverd over gRPC: the LocalAI,
+// GoModel and MinusPod scenarios, with short policy durations and waits that
+// end on a condition or a deadline.
+#include <chrono>
+#include <thread>
+
+#include "failover/v1/admin.grpc.pb.h"
+#include "failover/v1/decision.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/failoverd_process.h"
+
+namespace failover::testing {
+namespace {
+
+namespace v1 = ::failover::v1;
+using ::testing::HasSubstr;
+
+google::protobuf::Duration Millis(int64_t ms) {
+  google::protobuf::Duration d;
+  d.set_seconds(ms / 1000);
+  d.set_nanos(static_cast<int32_t>((ms % 1000) * 1'000'000));
+  return d;
+}
+
+class DecisionIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    proc_ = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data_.path(), {}});
+    std::string error;
+    ASSERT_TRUE(proc_->Start(&error)) << error;
+    auto channel = proc_->Channel();
+    decide_ = v1::DecisionService::NewStub(channel);
+    admin_ = v1::AdminService::NewStub(channel);
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx() {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return ctx;
+  }
+
+  grpc::Status Apply(const v1::ApplyRequest& req, v1::ApplyResponse* resp = nullptr) {
+    v1::ApplyResponse ignored;
+    return admin_->Apply(Ctx().get(), req, resp ? resp : &ignored);
+  }
+
+  static v1::Target* AddTarget(v1::ApplyRequest* req, const std::string& name,
+                               v1::TargetKind kind = v1::TARGET_KIND_REMOTE) {
+    v1::Target* t = req->add_targets();
+    t->set_name(name);
+    t->set_kind(kind);
+    return t;
+  }
+
+  v1::PickTargetResponse Pick(const std::string& chain) {
+    v1::PickTargetRequest req;
+    req.set_chain(chain);
+    v1::PickTargetResponse resp;
+    grpc::Status s = decide_->PickTarget(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  v1::ReportOutcomeResponse Report(const std::string& decision, const std::string& target, uint32_t http_status,
+                                   const std::string& message = "") {
+    v1::ReportOutcomeRequest req;
+    req.set_decision_id(decision);
+    req.set_target(target);
+    if (http_status == 0) {
+      req.mutable_success();
+    } else {
+      req.mutable_failure()->set_http_status(http_status);
+      req.mutable_failure()->set_message(message);
+    }
+    v1::ReportOutcomeResponse resp;
+    grpc::Status s = decide_->ReportOutcome(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  std::vector<v1::Event> Events(const std::string& chain = "") {
+    v1::ListEventsRequest req;
+    req.set_limit(100);
+    if (!chain.empty()) req.add_chains(chain);
+    v1::ListEventsResponse resp;
+    grpc::Status s = admin_->ListEvents(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {resp.events().begin(), resp.events().end()};
+  }
+
+  std::vector<v1::ChainSwitched> Switches(const std::string& chain) {
+    std::vector<v1::ChainSwitched> out;
+    for (const auto& e : Events(chain)) {
+      if (e.has_chain_switched()) out.push_back(e.chain_switched());
+    }
+    return out;
+  }
+
+  v1::ChainView Chain(const std::string& name) {
+    v1::GetChainRequest req;
+    req.set_name(name);
+    v1::ChainView view;
+    grpc::Status s = admin_->GetChain(Ctx().get(), req, &view);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return view;
+  }
+
+  // Polls `check` until it holds or 10 s pass.
+  template <typename F>
+  bool Eventually(F check) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (check()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return check();
+  }
+
+  TempDir data_;
+  std::unique_ptr<FailoverdProcess> proc_;
+  std::unique_ptr<v1::DecisionService::Stub> decide_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+};
+
+TEST_F(DecisionIntegrationTest, LocalAiChainFailsOverStaysOnTheFallbackWhileRecoveringThenMovesBack) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "argus-llm")->set_upstream_model("gemma-3-12b");
+  v1::Target* local = AddTarget(&req, "gemma-local", v1::TARGET_KIND_LOCAL);
+  local->set_warm(true);
+  v1::Chain* chain = req.add_chains();
+  chain->set_name("assistant-llm");
+  chain->add_targets("argus-llm");
+  chain->add_targets("gemma-local");
+  chain->mutable_policy()->mutable_recovery()->set_probes(2);
+  *chain->mutable_policy()->mutable_recovery()->mutable_min_dwell() = Millis(1500);
+  ASSERT_TRUE(Apply(req).ok());
+
+  v1::PickTargetResponse plan = Pick("assistant-llm");
+  ASSERT_EQ(plan.attempts_size(), 2);
+  EXPECT_EQ(plan.attempts(0).target(), "argus-llm");
+  EXPECT_EQ(plan.attempts(0).upstream_model(), "gemma-3-12b");
+  EXPECT_EQ(plan.chain_state(), v1::CHAIN_STATE_PRIMARY);
+
+  // The primary fails before the response started: move to the next target now.
+  v1::ReportOutcomeResponse verdict = Report(plan.decision_id(), "argus-llm", 500, "upstream exploded");
+  EXPECT_EQ(verdict.verdict(), v1::VERDICT_TRY_NEXT);
+  EXPECT_EQ(verdict.reason(), v1::FAILURE_REASON_SERVER_ERROR);
+  EXPECT_EQ(verdict.next_attempt().target(), "gemma-local");
+  EXPECT_EQ(verdict.chain_state(), v1::CHAIN_STATE_FALLBACK);
+  EXPECT_EQ(Report(plan.decision_id(), "gemma-local", 0).verdict(), v1::VERDICT_DONE);
+
+  // Later requests stay on the fallback.
+  v1::PickTargetResponse next = Pick("assistant-llm");
+  ASSERT_EQ(next.attempts_size(), 1);
+  EXPECT_EQ(next.attempts(0).target(), "gemma-local");
+
+  // The primary recovers (two passes), but the dwell has not passed yet.
+  Report("", "argus-llm", 0);
+  Report("", "argus-llm", 0);
+  v1::ChainView view = Chain("assistant-llm");
+  EXPECT_EQ(view.status().targets(0).health(), v1::HEALTH_STATE_HEALTHY);
+  EXPECT_EQ(view.status().active_target(), "gemma-local");
+  EXPECT_EQ(Pick("assistant-llm").attempts(0).target(), "gemma-local");
+
+  // After the dwell the chain moves back up.
+  EXPECT_TRUE(Eventually([&] { return Pick("assistant-llm").attempts(0).target() == "argus-llm"; }));
+  EXPECT_EQ(Chain("assistant-llm").status().state(), v1::CHAIN_STATE_PRIMARY);
+
+  auto switches = Switches("assistant-llm");
+  ASSERT_EQ(switches.size(), 3u);
+  EXPECT_EQ(switches[0].reason(), v1::SWITCH_REASON_INITIAL);
+  EXPECT_EQ(switches[1].reason(), v1::SWITCH_REASON_TRIP);
+  EXPECT_THAT(switches[1].detail(), HasSubstr("upstream exploded"));
+  EXPECT_EQ(switches[2].reason(), v1::SWITCH_REASON_RECOVERY);
+  EXPECT_EQ(switches[2].to_target(), "argus-llm");
+  // The failover is in failoverd's log as one line naming the cause.
+  EXPECT_THAT(proc_->Stderr(), HasSubstr("chain assistant-llm: argus-llm -> gemma-local (trip: argus-llm 500"));
+}
+
+TEST_F(DecisionIntegrationTest, GoModelPolicyKeepsServing429sAndCapsAttempts) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "kimicode/kimi-k2");
+  AddTarget(&req, "openai/gpt-4o");
+  AddTarget(&req, "ollama/qwen3:8b");
+  v1::Chain* chain = req.add_chains();
+  chain->set_name("resilient-chat");
+  chain->set_strategy(v1::STRATEGY_FAILOVER);
+  for (const char* t : {"kimicode/kimi-k2", "openai/gpt-4o", "ollama/qwen3:8b"}) chain->add_targets(t);
+  v1::Policy* policy = chain->mutable_policy();
+  policy->set_max_attempts(1);
+  policy->add_retry_on_statuses("408");
+  policy->add_retry_on_statuses("5xx");
+  policy->add_retry_on_errors("model not found");
+  policy->add_retry_on_errors("overloaded");
+  policy->mutable_trip()->set_errors(10);
+  (*policy->mutable_same_target_retries())["overloaded"] = 0;
+  ASSERT_TRUE(Apply(req).ok());
+
+  v1::PickTargetResponse plan = Pick("resilient-chat");
+  ASSERT_EQ(plan.attempts_size(), 2);  // first + max_attempts 1
+  v1::ReportOutcomeResponse r429 = Report(plan.decision_id(), "kimicode/kimi-k2", 429);
+  EXPECT_EQ(r429.verdict(), v1::VERDICT_FAIL);  // 429 is not in retry_on_statuses
+  EXPECT_EQ(r429.reason(), v1::FAILURE_REASON_RATE_LIMIT);
+
+  plan = Pick("resilient-chat");
+  v1::ReportOutcomeResponse r400 = Report(plan.decision_id(), plan.attempts(0).target(), 400,
+                                          "The model 'kimi-k2' was not found");
+  EXPECT_EQ(r400.verdict(), v1::VERDICT_TRY_NEXT);  // phrase match
+  v1::ReportOutcomeResponse r502 = Report(plan.decision_id(), r400.next_attempt().target(), 502);
+  EXPECT_EQ(r502.verdict(), v1::VERDICT_FAIL);
+  EXPECT_THAT(r502.error(), HasSubstr("max_attempts (1) reached"));
+}
+
+TEST_F(DecisionIntegrationTest, MinusPodManualFailoverTriggerRepeatAndCancel) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "llm-a");
+  AddTarget(&req, "llm-failover");
+  AddTarget(&req, "lonely");
+  v1::Chain* chain = req.add_chains();
+  chain->set_name("ad-detection");
+  chain->add_targets("llm-a");
+  chain->add_targets("llm-failover");
+  ASSERT_TRUE(Apply(req).ok());
+
+  v1::TriggerFailoverRequest trigger;
+  trigger.set_target("llm-a");
+  trigger.set_reason("testing the failover provider");
+  v1::TargetView view;
+  ASSERT_TRUE(admin_->TriggerFailover(Ctx().get(), trigger, &view).ok());
+  EXPECT_EQ(view.status().health(), v1::HEALTH_STATE_MANUAL);
+  EXPECT_EQ(view.status().source(), v1::TRANSITION_SOURCE_MANUAL);
+  EXPECT_EQ(view.status().reason(), "testing the failover provider");
+  EXPECT_EQ(Pick("ad-detection").attempts(0).target(), "llm-failover");
+  const size_t events_after_trigger = Events().size();
+
+  // Repeating an applied action succeeds without a second event.
+  ASSERT_TRUE(admin_->TriggerFailover(Ctx().get(), trigger, &view).ok());
+  EXPECT_EQ(Events().size(), events_after_trigger);
+
+  v1::CancelFailoverRequest cancel;
+  cancel.set_target("llm-a");
+  ASSERT_TRUE(admin_->CancelFailover(Ctx().get(), cancel, &view).ok());
+  EXPECT_EQ(Pick("ad-detection").attempts(0).target(), "llm-a");
+  auto switches = Switches("ad-detection");
+  ASSERT_GE(switches.size(), 3u);
+  EXPECT_EQ(switches[switches.size() - 2].reason(), v1::SWITCH_REASON_MANUAL);
+  EXPECT_EQ(switches.back().reason(), v1::SWITCH_REASON_CANCEL);
+
+  // A target that no chain can fail over from is refused.
+  trigger.set_target("lonely");
+  grpc::Status refused = admin_->TriggerFailover(Ctx().get(), trigger, &view);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("lonely"));
+}
+
+TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
+  v1::ApplyRequest good;
+  AddTarget(&good, "a");
+  AddTarget(&good, "b");
+  ASSERT_TRUE(Apply(good).ok());
+
+  v1::ApplyRequest bad;
+  AddTarget(&bad, "c");
+  v1::Chain* chain = bad.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  *chain->mutable_policy()->mutable_trip()->mutable_window() = Millis(-5);
+  grpc::Status s = Apply(bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("chains[0].policy.trip.window"));
+  // Nothing partly saved: target c was not created.
+  v1::GetTargetRequest get;
+  get.set_name("c");
+  v1::TargetView view;
+  EXPECT_EQ(admin_->GetTarget(Ctx().get(), get, &view).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::PickTargetRequest pick;
+  pick.set_chain("missing");
+  v1::PickTargetResponse resp;
+  grpc::Status nf = decide_->PickTarget(Ctx().get(), pick, &resp);
+  EXPECT_EQ(nf.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(nf.error_message(), HasSubstr("\"missing\""));
+
+  v1::ReportOutcomeRequest report;
+  report.set_target("a");
+  v1::ReportOutcomeResponse rresp;
+  grpc::Status noresult = decide_->ReportOutcome(Ctx().get(), report, &rresp);
+  EXPECT_EQ(noresult.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(noresult.error_message(), HasSubstr("result"));
+  report.mutable_failure()->set_http_status(42);
+  grpc::Status badstatus = decide_->ReportOutcome(Ctx().get(), report, &rresp);
+  EXPECT_EQ(badstatus.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(badstatus.error_message(), HasSubstr("failure.http_status"));
+
+  v1::ApplyRequest dry = good;
+  dry.mutable_targets(0)->set_cost(2.5);
+  dry.set_dry_run(true);
+  v1::ApplyResponse dry_resp;
+  ASSERT_TRUE(Apply(dry, &dry_resp).ok());
+  ASSERT_EQ(dry_resp.changes_size(), 2);
+  EXPECT_EQ(dry_resp.changes(0).change(), v1::CONFIG_CHANGE_UPDATED);
+  EXPECT_EQ(dry_resp.changes(0).changed_fields(0), "cost");
+  get.set_name("a");
+  ASSERT_TRUE(admin_->GetTarget(Ctx().get(), get, &view).ok());
+  EXPECT_EQ(view.config().cost(), 0);
+}
+
+TEST_F(DecisionIntegrationTest, PinAndStatus) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "a");
+  AddTarget(&req, "b");
+  v1::Chain* chain = req.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  ASSERT_TRUE(Apply(req).ok());
+  v1::PinChainRequest pin;
+  pin.set_chain("ch");
+  pin.set_target("b");
+  v1::ChainView view;
+  ASSERT_TRUE(admin_->PinChain(Ctx().get(), pin, &view).ok());
+  EXPECT_EQ(view.status().state(), v1::CHAIN_STATE_PINNED);
+  EXPECT_EQ(view.status().pinned_target(), "b");
+  v1::PickTargetResponse plan = Pick("ch");
+  ASSERT_EQ(plan.attempts_size(), 1);
+  EXPECT_EQ(plan.attempts(0).target(), "b");
+
+  v1::StatusResponse status;
+  ASSERT_TRUE(admin_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+  ASSERT_EQ(status.chains_size(), 1);
+  EXPECT_EQ(status.chains(0).active_target(), "b");
+  EXPECT_EQ(status.targets_size(), 2);
+  EXPECT_GT(status.config_generation(), 0u);
+}
+
+}  // namespace
+}  // namespace failover::testing

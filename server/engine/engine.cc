@@ -27,11 +27,33 @@ bool IsUsable(HealthState h) { return h == HealthState::kHealthy || h == HealthS
 
 uint64_t Bit(size_t i) { return uint64_t{1} << i; }
 
+// Position of a target in a chain's list, or -1. Compares indices, not
+// names, so it touches only the chain's own index vector.
 int PositionIn(const ChainEntry& chain, const Snapshot& snap, absl::string_view target) {
+  auto it = snap.target_index.find(target);
+  if (it == snap.target_index.end()) return -1;
   for (size_t i = 0; i < chain.targets.size(); ++i) {
-    if (snap.targets[chain.targets[i]].config.name == target) return static_cast<int>(i);
+    if (chain.targets[i] == it->second) return static_cast<int>(i);
   }
   return -1;
+}
+
+int PositionOf(const ChainEntry& chain, const Snapshot& snap, const TargetEntry& target) {
+  const uint32_t index = static_cast<uint32_t>(&target - snap.targets.data());
+  for (size_t i = 0; i < chain.targets.size(); ++i) {
+    if (chain.targets[i] == index) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The active target's position, cached per config generation (chain lock held).
+int ActivePosition(const ChainEntry& chain, const Snapshot& snap, ChainRuntime& rt) {
+  // Generation 0 is the empty start-up config, so 0 also means "not cached".
+  if (rt.active_position_generation != snap.generation) {
+    rt.active_position = rt.active.empty() ? -1 : PositionIn(chain, snap, rt.active);
+    rt.active_position_generation = snap.generation;
+  }
+  return rt.active_position;
 }
 
 absl::Status NotFound(absl::string_view what, absl::string_view name) {
@@ -167,7 +189,7 @@ class Engine::DecisionStore {
   // Copies the record for `seq` into `out`; false if there is none.
   bool Get(uint64_t seq, DecisionRecord* out) {
     Shard& s = shards_[seq % kShards];
-    absl::MutexLock lock(&s.mu);
+    std::lock_guard<std::mutex> lock(s.mu);
     auto it = s.records.find(seq);
     if (it == s.records.end()) return false;
     *out = it->second;
@@ -175,7 +197,7 @@ class Engine::DecisionStore {
   }
   void Put(uint64_t seq, absl::Time created, DecisionRecord record) {
     Shard& s = shards_[seq % kShards];
-    absl::MutexLock lock(&s.mu);
+    std::lock_guard<std::mutex> lock(s.mu);
     auto [it, inserted] = s.records.insert_or_assign(seq, std::move(record));
     if (inserted) s.order.emplace_back(seq, created);
     while (s.records.size() > max_per_shard_ && !s.order.empty()) {
@@ -185,12 +207,12 @@ class Engine::DecisionStore {
   }
   void Erase(uint64_t seq) {
     Shard& s = shards_[seq % kShards];
-    absl::MutexLock lock(&s.mu);
+    std::lock_guard<std::mutex> lock(s.mu);
     s.records.erase(seq);
   }
   void Expire(absl::Time cutoff) {
     for (Shard& s : shards_) {
-      absl::MutexLock lock(&s.mu);
+      std::lock_guard<std::mutex> lock(s.mu);
       while (!s.order.empty() && s.order.front().second < cutoff) {
         s.records.erase(s.order.front().first);
         s.order.pop_front();
@@ -201,9 +223,9 @@ class Engine::DecisionStore {
  private:
   static constexpr size_t kShards = 16;
   struct Shard {
-    absl::Mutex mu;
-    absl::flat_hash_map<uint64_t, DecisionRecord> records ABSL_GUARDED_BY(mu);
-    std::deque<std::pair<uint64_t, absl::Time>> order ABSL_GUARDED_BY(mu);
+    std::mutex mu;
+    absl::flat_hash_map<uint64_t, DecisionRecord> records;
+    std::deque<std::pair<uint64_t, absl::Time>> order;
   };
   const size_t max_per_shard_;
   std::array<Shard, kShards> shards_;
@@ -228,7 +250,7 @@ Engine::Engine(EngineOptions options)
 Engine::~Engine() = default;
 
 std::shared_ptr<const Snapshot> Engine::Load() const {
-  absl::ReaderMutexLock lock(&snapshot_mu_);
+  std::shared_lock<std::shared_mutex> lock(snapshot_mu_);
   return snapshot_;
 }
 
@@ -262,6 +284,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
       const uint32_t ti = snap->target_index.at(name);
       e.targets.push_back(ti);
       TargetEntry& t = snap->targets[ti];
+      e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config.limit_rpm, t.config.HasHealthCheck()});
       t.chains.push_back(chain_index);
       // Health settings come from the first chain, in name order, listing it.
       if (!has_settings[ti]) {
@@ -284,18 +307,18 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
 
 void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* events) {
   {
-    absl::MutexLock lock(&snapshot_mu_);
+    std::lock_guard<std::shared_mutex> lock(snapshot_mu_);
     snapshot_ = next;
   }
   for (const TargetEntry& t : next->targets) {
-    absl::MutexLock lock(&t.rt->mu);
+    std::lock_guard<std::mutex> lock(t.rt->mu);
     const HealthState before = t.rt->Effective();
     PublishLocked(t, before, Source::kConfig, t.config.enabled ? "enabled" : "disabled", now, events);
   }
   EvalContext ctx;
   ctx.reason = SwitchReason::kConfig;
   for (const ChainEntry& c : next->chains) {
-    absl::MutexLock lock(&c.rt->mu);
+    std::lock_guard<std::mutex> lock(c.rt->mu);
     EvaluateChainLocked(*next, c, now, ctx, events);
   }
 }
@@ -329,26 +352,26 @@ void Engine::PublishLocked(const TargetEntry& t, HealthState before, Source sour
 void Engine::EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
                                  const EvalContext& ctx, Events* events) {
   ChainRuntime& rt = *chain.rt;
-  const size_t n = chain.targets.size();
-  auto entry = [&](size_t i) -> const TargetEntry& { return snap.targets[chain.targets[i]]; };
-  auto health = [&](size_t i) { return entry(i).rt->Effective(); };
+  const size_t n = chain.slots.size();
+  auto entry = [&](size_t i) -> const TargetEntry& { return *chain.slots[i].target; };
+  auto health = [&](size_t i) { return chain.slots[i].rt->Effective(); };
 
   int first_usable = -1;
-  int current = -1;
-  for (size_t i = 0; i < n; ++i) {
-    if (first_usable < 0 && IsUsable(health(i))) first_usable = static_cast<int>(i);
-    if (rt.initialized && entry(i).config.name == rt.active) current = static_cast<int>(i);
+  for (size_t i = 0; i < n && first_usable < 0; ++i) {
+    if (IsUsable(health(i))) first_usable = static_cast<int>(i);
   }
+  const int current = rt.initialized ? ActivePosition(chain, snap, rt) : -1;
 
   SwitchReason reason = ctx.reason;
-  std::string next_active;
+  // Points at a name owned by the config or the runtime: no copy unless it changes.
+  const std::string* next_active;
   ChainState next_state;
   if (!rt.pinned.empty()) {
-    next_active = rt.pinned;
+    next_active = &rt.pinned;
     next_state = ChainState::kPinned;
   } else if (first_usable < 0) {
     // Degraded: keep the active target; plans try everything in order.
-    next_active = current >= 0 ? rt.active : entry(0).config.name;
+    next_active = current >= 0 ? &rt.active : &entry(0).config.name;
     next_state = ChainState::kDegraded;
   } else {
     int next = current;
@@ -367,24 +390,26 @@ void Engine::EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, 
         }
       }
     }
-    next_active = entry(next).config.name;
+    next_active = &entry(next).config.name;
     next_state = next == 0 ? ChainState::kPrimary : ChainState::kFallback;
   }
 
-  if (rt.initialized && next_active == rt.active && next_state == rt.state) return;
+  const bool active_changed = !rt.initialized || *next_active != rt.active;
+  if (!active_changed && next_state == rt.state) return;
   Event e;
   e.kind = EventKind::kChainSwitched;
   e.time = now;
   e.chain = chain.config.name;
   e.from_target = rt.initialized ? rt.active : "";
-  e.to_target = next_active;
+  e.to_target = *next_active;
   e.from_chain_state = rt.state;
   e.to_chain_state = next_state;
   e.switch_reason = rt.initialized ? reason : SwitchReason::kInitial;
   e.detail = ctx.detail;
-  if (!rt.initialized || next_active != rt.active) rt.active_since = now;
+  if (active_changed) rt.active_since = now;
   rt.last_switch = now;
-  rt.active = std::move(next_active);
+  rt.active = e.to_target;
+  rt.active_position_generation = 0;  // recompute on next use
   rt.state = next_state;
   rt.initialized = true;
   events->push_back(std::move(e));
@@ -394,7 +419,7 @@ void Engine::EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, a
                               const EvalContext& ctx, Events* events) {
   for (uint32_t ci : target.chains) {
     const ChainEntry& c = snap.chains[ci];
-    absl::MutexLock lock(&c.rt->mu);
+    std::lock_guard<std::mutex> lock(c.rt->mu);
     EvaluateChainLocked(snap, c, now, ctx, events);
   }
 }
@@ -402,7 +427,7 @@ void Engine::EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, a
 void Engine::ApplyTimePassed(const Snapshot& snap, const TargetEntry& t, absl::Time now, Events* events) {
   HealthTransition tr;
   {
-    absl::MutexLock lock(&t.rt->mu);
+    std::lock_guard<std::mutex> lock(t.rt->mu);
     const HealthState before = t.rt->Effective();
     if (!t.rt->health.OnTimePassed(t.health, now, &tr)) return;
     PublishLocked(t, before, Source::kAuto, tr.reason, now, events);
@@ -417,12 +442,11 @@ void Engine::ApplyTimePassed(const Snapshot& snap, const TargetEntry& t, absl::T
 // Plans (DESIGN 3.4)
 // ---------------------------------------------------------------------------
 
-bool Engine::Saturated(const TargetEntry& t, absl::Time now) const {
-  const uint32_t limit = t.config.limit_rpm;
-  if (limit == 0) return false;
+bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) {
+  if (limit_rpm == 0) return false;
   const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
-  return t.rt->rpm_minute.load(std::memory_order_relaxed) == minute &&
-         t.rt->rpm_count.load(std::memory_order_relaxed) >= limit;
+  return rt.rpm_minute.load(std::memory_order_relaxed) == minute &&
+         rt.rpm_count.load(std::memory_order_relaxed) >= limit_rpm;
 }
 
 void Engine::CountRequest(const TargetEntry& t, absl::Time now) {
@@ -440,10 +464,11 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
                                          absl::InlinedVector<PlannedAttempt, 8>* out) {
   out->clear();
   ChainRuntime& rt = *chain.rt;
-  const size_t n = chain.targets.size();
-  auto entry = [&](size_t i) -> const TargetEntry& { return snap.targets[chain.targets[i]]; };
+  const size_t n = chain.slots.size();
+  auto entry = [&](size_t i) -> const TargetEntry& { return *chain.slots[i].target; };
   auto push = [&](size_t i) {
-    out->push_back(PlannedAttempt{&entry(i), entry(i).rt->Effective(), static_cast<uint32_t>(i)});
+    const ChainSlot& slot = chain.slots[i];
+    out->push_back(PlannedAttempt{slot.target, slot.rt->Effective(), static_cast<uint32_t>(i)});
   };
 
   if (!rt.pinned.empty()) {
@@ -467,18 +492,20 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   uint64_t any_enabled = 0;  // the last resort: every enabled, non-manual target
   for (size_t i = 0; i < n; ++i) {
     if (exclude_mask & Bit(i)) continue;
-    const TargetEntry& t = entry(i);
-    const HealthState h = t.rt->Effective();
+    const ChainSlot& slot = chain.slots[i];
+    const HealthState h = slot.rt->Effective();
     if (h == HealthState::kDisabled || h == HealthState::kManual) continue;
     any_enabled |= Bit(i);
-    if (t.rt->held_until_ns.load(std::memory_order_relaxed) > now_ns || Saturated(t, now)) continue;
+    if (slot.rt->held_until_ns.load(std::memory_order_relaxed) > now_ns || Saturated(*slot.rt, slot.limit_rpm, now)) {
+      continue;
+    }
     if (IsUsable(h)) eligible |= Bit(i);
     if (h == HealthState::kRecovering) recovering |= Bit(i);
   }
 
   if (eligible != 0) {
     int first = -1;
-    const int active = PositionIn(chain, snap, rt.active);
+    const int active = ActivePosition(chain, snap, rt);
     const Strategy strategy = for_next && chain.config.strategy != Strategy::kFailover
                                   ? Strategy::kFailover
                                   : chain.config.strategy;
@@ -538,7 +565,7 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
 
   std::vector<std::string> why;
   for (size_t i = 0; i < n; ++i) {
-    const HealthState h = entry(i).rt->Effective();
+    const HealthState h = chain.slots[i].rt->Effective();
     why.push_back(absl::StrCat(entry(i).config.name, " (",
                                (exclude_mask & Bit(i)) ? "excluded" : HealthStateName(h), ")"));
   }
@@ -546,11 +573,12 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
                                              "\" has no target to try: ", absl::StrJoin(why, ", ")));
 }
 
-std::string Engine::MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt,
-                                   absl::Time now) {
+void Engine::MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now,
+                            std::string* out) {
   const uint64_t seq = decision_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-  return absl::StrCat(absl::Hex(epoch_), "-", absl::Hex(seq), "-", absl::Hex(absl::ToUnixMillis(now)), "-",
-                      absl::Hex(exclude_mask), "-", single_attempt ? 1 : 0, "~", chain);
+  out->clear();  // reuses the caller's buffer
+  absl::StrAppend(out, absl::Hex(epoch_), "-", absl::Hex(seq), "-", absl::Hex(absl::ToUnixMillis(now)), "-",
+                  absl::Hex(exclude_mask), "-", single_attempt ? 1 : 0, "~", chain);
 }
 
 absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Events* events) {
@@ -566,15 +594,14 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
     }
     exclude_mask |= Bit(p);
   }
-  for (uint32_t ti : chain->targets) {
-    const TargetEntry& t = snap->targets[ti];
-    if (!t.health.has_health_check && t.rt->Effective() == HealthState::kDown) {
-      ApplyTimePassed(*snap, t, now, events);
+  for (const ChainSlot& slot : chain->slots) {
+    if (!slot.has_health_check && slot.rt->Effective() == HealthState::kDown) {
+      ApplyTimePassed(*snap, *slot.target, now, events);
     }
   }
   const bool single = req.body_bytes > chain->config.policy.max_replay_bytes || !chain->config.failover_enabled;
   {
-    absl::MutexLock lock(&chain->rt->mu);
+    std::lock_guard<std::mutex> lock(chain->rt->mu);
     EvaluateChainLocked(*snap, *chain, now, EvalContext{}, events);
     RETURN_IF_ERROR(
         BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
@@ -590,7 +617,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   plan->attempts.resize(cap);
   CountRequest(*plan->attempts.front().target, now);
   plan->generation = snap->generation;
-  plan->decision_id = MakeDecisionId(chain->config.name, exclude_mask, single, now);
+  MakeDecisionId(chain->config.name, exclude_mask, single, now, &plan->decision_id);
   plan->snapshot = std::move(snap);
   return absl::OkStatus();
 }
@@ -612,15 +639,15 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     chain = snap->FindChain(req.chain);
     if (chain == nullptr) return NotFound("chain", req.chain);
   }
-  const int position = chain ? PositionIn(*chain, *snap, req.target) : -1;
+  const int position = chain ? PositionOf(*chain, *snap, *target) : -1;
   if (chain != nullptr && position < 0) {
     return absl::InvalidArgumentError(absl::StrCat("target: \"", req.target, "\" is not a target of chain \"",
                                                    chain->config.name, "\""));
   }
   static const FailoverRules* const kDefaultRules = new FailoverRules();
+  static const Policy* const kDefaultPolicy = new Policy();
   const FailoverRules& rules = chain ? chain->rules : *kDefaultRules;
-  const Policy default_policy;
-  const Policy& policy = chain ? chain->config.policy : default_policy;
+  const Policy& policy = chain ? chain->config.policy : *kDefaultPolicy;
 
   const Classification c = rules.Classify(req.facts);
   out->reason = c.reason;
@@ -633,7 +660,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   bool changed = false;
   {
     TargetRuntime& rt = *target->rt;
-    absl::MutexLock lock(&rt.mu);
+    std::lock_guard<std::mutex> lock(rt.mu);
     const HealthState before = rt.Effective();
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     if (req.facts.success) {
@@ -663,7 +690,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
 
   auto finish_chain_state = [&]() {
     if (chain == nullptr) return;
-    absl::MutexLock lock(&chain->rt->mu);
+    std::lock_guard<std::mutex> lock(chain->rt->mu);
     out->chain_state = chain->rt->state;
     out->active_target = chain->rt->active;
   };
@@ -713,7 +740,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
       out->error = absl::StrCat("max_attempts (", policy.max_attempts, ") reached: ", record.Describe());
     } else {
       {
-        absl::MutexLock lock(&chain->rt->mu);
+        std::lock_guard<std::mutex> lock(chain->rt->mu);
         built = BuildAttemptsLocked(*snap, *chain, now, record.tried_mask, "", /*for_next=*/true, &next);
       }
       if (!built.ok() || next.empty()) {
@@ -744,7 +771,7 @@ void Engine::Tick(absl::Time now, Events* events) {
     if (!t.health.has_health_check && t.rt->Effective() == HealthState::kDown) ApplyTimePassed(*snap, t, now, events);
   }
   for (const ChainEntry& c : snap->chains) {
-    absl::MutexLock lock(&c.rt->mu);
+    std::lock_guard<std::mutex> lock(c.rt->mu);
     EvaluateChainLocked(*snap, c, now, EvalContext{}, events);
   }
   decisions_->Expire(now - options_.decision_ttl);
@@ -755,7 +782,7 @@ void Engine::Tick(absl::Time now, Events* events) {
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const ApplyOptions& options, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> cur = Load();
   std::map<std::string, TargetConfig> targets;
   std::map<std::string, ChainConfig> chains;
@@ -828,7 +855,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   for (const ChainConfig& requested : change.chains) {
     const ChainEntry* old = cur->FindChain(requested.name);
     if (old == nullptr) continue;
-    absl::MutexLock lock(&old->rt->mu);
+    std::lock_guard<std::mutex> lock(old->rt->mu);
     const std::string& pinned = old->rt->pinned;
     if (!pinned.empty() &&
         std::find(requested.targets.begin(), requested.targets.end(), pinned) == requested.targets.end()) {
@@ -857,7 +884,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
 }
 
 absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
@@ -883,7 +910,7 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
 }
 
 absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> cur = Load();
   const ChainEntry* c = cur->FindChain(name);
   if (c == nullptr) return NotFound("chain", name);
@@ -903,7 +930,7 @@ absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time no
 }
 
 absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
@@ -929,7 +956,7 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
 // ---------------------------------------------------------------------------
 
 absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_view target, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> snap = Load();
   const ChainEntry* chain = snap->FindChain(chain_name);
   if (chain == nullptr) return NotFound("chain", chain_name);
@@ -938,7 +965,7 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
         absl::StrCat("target: \"", target, "\" is not a target of chain \"", chain_name, "\""));
   }
   Events events;
-  absl::MutexLock lock(&chain->rt->mu);
+  std::lock_guard<std::mutex> lock(chain->rt->mu);
   if (chain->rt->pinned == target) return events;
   chain->rt->pinned = std::string(target);
   EvalContext ctx;
@@ -949,12 +976,12 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
 }
 
 absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> snap = Load();
   const ChainEntry* chain = snap->FindChain(chain_name);
   if (chain == nullptr) return NotFound("chain", chain_name);
   Events events;
-  absl::MutexLock lock(&chain->rt->mu);
+  std::lock_guard<std::mutex> lock(chain->rt->mu);
   if (chain->rt->pinned.empty()) return events;
   chain->rt->pinned.clear();
   EvalContext ctx;
@@ -966,7 +993,7 @@ absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time no
 
 absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, absl::string_view reason,
                                                      absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
@@ -986,7 +1013,7 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   Events events;
   const std::string why = reason.empty() ? "manual failover" : std::string(reason);
   {
-    absl::MutexLock lock(&t->rt->mu);
+    std::lock_guard<std::mutex> lock(t->rt->mu);
     if (t->rt->manual) return events;  // already applied: no second event
     const HealthState before = t->rt->Effective();
     t->rt->manual = true;
@@ -1002,13 +1029,13 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
 }
 
 absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl::Time now) {
-  absl::MutexLock admin(&admin_mu_);
+  std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
   Events events;
   {
-    absl::MutexLock lock(&t->rt->mu);
+    std::lock_guard<std::mutex> lock(t->rt->mu);
     if (!t->rt->manual) return events;
     const HealthState before = t->rt->Effective();
     t->rt->manual = false;
@@ -1032,7 +1059,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
   s.name = t.config.name;
   s.enabled = t.config.enabled;
   {
-    absl::MutexLock lock(&t.rt->mu);
+    std::lock_guard<std::mutex> lock(t.rt->mu);
     s.health = t.rt->Effective();
     s.automatic = t.rt->health.state();
     s.source = t.rt->source;
@@ -1053,7 +1080,7 @@ ChainStatus Engine::StatusOf(const Snapshot& snap, const ChainEntry& c) const {
   ChainStatus s;
   s.name = c.config.name;
   {
-    absl::MutexLock lock(&c.rt->mu);
+    std::lock_guard<std::mutex> lock(c.rt->mu);
     s.state = c.rt->state;
     s.active_target = c.rt->active;
     s.active_since = c.rt->active_since;

@@ -7,12 +7,17 @@
 // Each target and each chain has its own mutex; a target's effective state is
 // also published in atomics so a pick reads it without locking the target.
 // Lock order: a chain lock is never held while taking a target lock, and a
-// target lock is never held while taking a chain lock.
+// target lock is never held while taking a chain lock. The locks are std::
+// mutexes rather than absl::Mutex so ThreadSanitizer can see them (Debian's
+// Abseil is not built with TSAN annotations). Fields below a `mu` are guarded
+// by it unless they are atomics; functions named *Locked expect it held.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -21,7 +26,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/engine/classify.h"
 #include "server/engine/model.h"
@@ -46,41 +50,45 @@ struct EngineOptions {
 // Runtime state (shared by every config snapshot that has the object)
 // ---------------------------------------------------------------------------
 
-struct TargetRuntime {
-  absl::Mutex mu;
-  TargetHealth health ABSL_GUARDED_BY(mu);
-  bool manual ABSL_GUARDED_BY(mu) = false;
-  std::string manual_reason ABSL_GUARDED_BY(mu);
-  absl::Time manual_since ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  Source source ABSL_GUARDED_BY(mu) = Source::kAuto;
-  std::string reason ABSL_GUARDED_BY(mu);
-  std::string last_error ABSL_GUARDED_BY(mu);
-  absl::Time last_error_time ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  absl::Time last_probe ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-
-  // Published for lock-free reads on the hot path.
+struct alignas(64) TargetRuntime {
+  // Published for lock-free reads on the hot path; first, so a pick reads one
+  // cache line per target.
   std::atomic<uint8_t> effective{static_cast<uint8_t>(HealthState::kUnknown)};
+  std::atomic<uint32_t> rpm_count{0};
   std::atomic<int64_t> held_until_ns{INT64_MIN};
   std::atomic<int64_t> rpm_minute{-1};
-  std::atomic<uint32_t> rpm_count{0};
   std::atomic<int64_t> last_activity_ns{INT64_MIN};
+
+  std::mutex mu;
+  TargetHealth health;
+  bool manual = false;
+  std::string manual_reason;
+  absl::Time manual_since = absl::InfinitePast();
+  Source source = Source::kAuto;
+  std::string reason;
+  std::string last_error;
+  absl::Time last_error_time = absl::InfinitePast();
+  absl::Time last_probe = absl::InfinitePast();
 
   HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
 };
 
 struct ChainRuntime {
-  absl::Mutex mu;
-  bool initialized ABSL_GUARDED_BY(mu) = false;
-  std::string active ABSL_GUARDED_BY(mu);
-  ChainState state ABSL_GUARDED_BY(mu) = ChainState::kPrimary;
-  absl::Time active_since ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  absl::Time last_switch ABSL_GUARDED_BY(mu) = absl::InfinitePast();
-  std::string pinned ABSL_GUARDED_BY(mu);
+  std::mutex mu;
+  bool initialized = false;
+  std::string active;
+  // Position of `active` in the chain, valid for one config generation.
+  int active_position = -1;
+  uint64_t active_position_generation = 0;
+  ChainState state = ChainState::kPrimary;
+  absl::Time active_since = absl::InfinitePast();
+  absl::Time last_switch = absl::InfinitePast();
+  std::string pinned;
   // Smooth weighted round robin: current weight per target, by target name so
   // the rotation survives reloads.
-  absl::flat_hash_map<std::string, int64_t> rr_current ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, int64_t> rr_current;
   // round_robin session stickiness: session key -> target. Bounded.
-  absl::flat_hash_map<std::string, std::string> sessions ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, std::string> sessions;
 };
 
 // ---------------------------------------------------------------------------
@@ -95,10 +103,20 @@ struct TargetEntry {
   std::shared_ptr<TargetRuntime> rt;
 };
 
+// What a pick needs of one target of a chain, packed so plan building does
+// not wander through the large TargetEntry.
+struct ChainSlot {
+  const TargetEntry* target = nullptr;
+  TargetRuntime* rt = nullptr;
+  uint32_t limit_rpm = 0;
+  bool has_health_check = true;
+};
+
 struct ChainEntry {
   ChainConfig config;
   FailoverRules rules;
   std::vector<uint32_t> targets;  // indices into Snapshot::targets, declared order
+  std::vector<ChainSlot> slots;   // the same targets, hot fields only
   std::shared_ptr<ChainRuntime> rt;
 };
 
@@ -284,24 +302,24 @@ class Engine {
   void Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* events);
 
   void EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now, const EvalContext& ctx,
-                           Events* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(chain.rt->mu);
+                           Events* events);
   void EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, absl::Time now, const EvalContext& ctx,
                         Events* events);
   // Publishes the target's effective state; emits target.state when it changed.
   void PublishLocked(const TargetEntry& target, HealthState before, Source source, const std::string& reason,
-                     absl::Time now, Events* events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(target.rt->mu);
+                     absl::Time now, Events* events);
   // Brings back targets without health checks whose dwell passed.
   void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
 
   // Fills `out` with the plan order for `chain` (chain lock held).
   absl::Status BuildAttemptsLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
                                    uint64_t exclude_mask, const std::string& session_key, bool for_next,
-                                   absl::InlinedVector<PlannedAttempt, 8>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(chain.rt->mu);
-  void CountRequest(const TargetEntry& target, absl::Time now);
-  bool Saturated(const TargetEntry& target, absl::Time now) const;
+                                   absl::InlinedVector<PlannedAttempt, 8>* out);
+  static void CountRequest(const TargetEntry& target, absl::Time now);
+  static bool Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now);
 
-  std::string MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now);
+  void MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now,
+                      std::string* out);
   TargetStatus StatusOf(const Snapshot& snap, const TargetEntry& target) const;
   ChainStatus StatusOf(const Snapshot& snap, const ChainEntry& chain) const;
 
@@ -310,9 +328,9 @@ class Engine {
   std::atomic<uint64_t> decision_seq_{0};
   std::unique_ptr<DecisionStore> decisions_;
 
-  absl::Mutex admin_mu_;  // serializes config changes and admin actions
-  mutable absl::Mutex snapshot_mu_;
-  std::shared_ptr<const Snapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  std::mutex admin_mu_;  // serializes config changes and admin actions
+  mutable std::shared_mutex snapshot_mu_;
+  std::shared_ptr<const Snapshot> snapshot_;
 };
 
 const char* VerdictName(Verdict v);

@@ -279,6 +279,8 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     ChainEntry e;
     e.config = std::move(c);
     e.rules = FailoverRules::Compile(e.config.policy, "policy").value();  // validated before
+    e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy.max_attempts,
+                     e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
     for (const std::string& name : e.config.targets) {
       const uint32_t ti = snap->target_index.at(name);
@@ -379,7 +381,7 @@ void Engine::EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, 
       next = first_usable;  // down the list (or anywhere) at once
     } else if (first_usable < current) {
       // Back up only to a recovered target, and only after the dwell.
-      const bool dwell_passed = now - rt.active_since >= chain.config.policy.recovery_min_dwell;
+      const bool dwell_passed = now - rt.active_since >= chain.hot.min_dwell;
       for (int i = 0; i < current; ++i) {
         const bool waived = !ctx.waive_dwell_for.empty() && entry(i).config.name == ctx.waive_dwell_for;
         if (!IsUsable(health(i))) continue;
@@ -506,9 +508,7 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   if (eligible != 0) {
     int first = -1;
     const int active = ActivePosition(chain, snap, rt);
-    const Strategy strategy = for_next && chain.config.strategy != Strategy::kFailover
-                                  ? Strategy::kFailover
-                                  : chain.config.strategy;
+    const Strategy strategy = for_next ? Strategy::kFailover : chain.hot.strategy;
     if (strategy == Strategy::kRoundRobin) {
       if (!session_key.empty()) {
         auto it = rt.sessions.find(session_key);
@@ -599,7 +599,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
       ApplyTimePassed(*snap, *slot.target, now, events);
     }
   }
-  const bool single = req.body_bytes > chain->config.policy.max_replay_bytes || !chain->config.failover_enabled;
+  const bool single = req.body_bytes > chain->hot.max_replay_bytes || !chain->hot.failover_enabled;
   {
     std::lock_guard<std::mutex> lock(chain->rt->mu);
     EvaluateChainLocked(*snap, *chain, now, EvalContext{}, events);
@@ -611,8 +611,8 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   size_t cap = plan->attempts.size();
   if (single) {
     cap = 1;
-  } else if (chain->config.policy.max_attempts > 0) {
-    cap = std::min<size_t>(cap, 1 + chain->config.policy.max_attempts);
+  } else if (chain->hot.max_attempts > 0) {
+    cap = std::min<size_t>(cap, 1 + chain->hot.max_attempts);
   }
   plan->attempts.resize(cap);
   CountRequest(*plan->attempts.front().target, now);

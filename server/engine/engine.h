@@ -112,12 +112,22 @@ struct ChainSlot {
   bool has_health_check = true;
 };
 
+// The settings a pick reads, copied from the config and kept together.
+struct ChainHot {
+  Strategy strategy = Strategy::kFailover;
+  bool failover_enabled = true;
+  uint32_t max_attempts = 0;
+  uint64_t max_replay_bytes = 0;
+  absl::Duration min_dwell;
+};
+
 struct ChainEntry {
+  ChainHot hot;
+  std::vector<ChainSlot> slots;  // the chain's targets in declared order, hot fields only
+  std::shared_ptr<ChainRuntime> rt;
+  std::vector<uint32_t> targets;  // the same, as indices into Snapshot::targets
   ChainConfig config;
   FailoverRules rules;
-  std::vector<uint32_t> targets;  // indices into Snapshot::targets, declared order
-  std::vector<ChainSlot> slots;   // the same targets, hot fields only
-  std::shared_ptr<ChainRuntime> rt;
 };
 
 struct Snapshot {

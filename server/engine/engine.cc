@@ -792,16 +792,14 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   ApplyResult result;
   auto check_owner = [&](const std::string& path, const char* what, const std::string& name,
                          const std::string& owner) -> absl::Status {
-    if (!owner.empty() && owner != options.managed_by && options.managed_by.empty()) {
-      return ManagedElsewhere(path, what, name, owner);
-    }
+    if (!options.from_files && !owner.empty()) return ManagedElsewhere(path, what, name, owner);
     return absl::OkStatus();
   };
   std::set<std::string> request_names;
   for (size_t i = 0; i < change.targets.size(); ++i) {
     const std::string path = absl::StrCat("targets[", i, "]");
     TargetConfig t = change.targets[i];
-    t.managed_by = options.managed_by;
+    if (!options.from_files) t.managed_by.clear();
     RETURN_IF_ERROR(ValidateTarget(t, path));
     if (!request_names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", t.name, "\" appears twice in this request"));
@@ -831,7 +829,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   for (size_t i = 0; i < change.chains.size(); ++i) {
     const std::string path = absl::StrCat("chains[", i, "]");
     ChainConfig c = change.chains[i];
-    c.managed_by = options.managed_by;
+    if (!options.from_files) c.managed_by.clear();
     RETURN_IF_ERROR(ValidateName(c.name, path + ".name"));
     if (!request_names.insert(c.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", c.name, "\" appears twice in this request"));
@@ -851,6 +849,33 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     chains[c.name] = std::move(c);
     result.changes.push_back(std::move(d));
   }
+  // A file apply is the whole file-declared config: file objects it no longer
+  // declares go away.
+  std::vector<std::string> deleted_targets;
+  std::vector<std::string> deleted_chains;
+  if (options.from_files) {
+    for (const ChainEntry& c : cur->chains) {
+      if (!c.config.managed_by.empty() && !request_names.count(c.config.name)) {
+        deleted_chains.push_back(c.config.name);
+        chains.erase(c.config.name);
+        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config.name, ConfigChangeKind::kDeleted, {}});
+      }
+    }
+    for (const TargetEntry& t : cur->targets) {
+      if (t.config.managed_by.empty() || request_names.count(t.config.name)) continue;
+      for (const auto& [name, chain] : chains) {
+        if (std::find(chain.targets.begin(), chain.targets.end(), t.config.name) != chain.targets.end()) {
+          return absl::FailedPreconditionError(absl::StrCat("target \"", t.config.name, "\" was removed from ",
+                                                            t.config.managed_by, " but chain \"", name,
+                                                            "\" still lists it"));
+        }
+      }
+      deleted_targets.push_back(t.config.name);
+      targets.erase(t.config.name);
+      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}});
+    }
+  }
+
   // A pinned chain must still list its pinned target.
   for (const ChainConfig& requested : change.chains) {
     const ChainEntry* old = cur->FindChain(requested.name);
@@ -868,6 +893,18 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
                                       [](const ConfigDiff& d) { return d.change != ConfigChangeKind::kUnchanged; });
   result.generation = cur->generation;
   if (options.dry_run || !any_change) return result;
+
+  Mutation m;
+  m.kind = Mutation::Kind::kConfig;
+  m.generation = cur->generation + 1;
+  for (const ConfigDiff& d : result.changes) {
+    if (d.change != ConfigChangeKind::kCreated && d.change != ConfigChangeKind::kUpdated) continue;
+    if (d.what == ConfigObject::kTarget) m.put_targets.push_back(targets.at(d.name));
+    if (d.what == ConfigObject::kChain) m.put_chains.push_back(chains.at(d.name));
+  }
+  m.deleted_targets = std::move(deleted_targets);
+  m.deleted_chains = std::move(deleted_chains);
+  RETURN_IF_ERROR(Commit(m));
 
   std::vector<TargetConfig> tv;
   std::vector<ChainConfig> cv;
@@ -895,6 +932,10 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
     return absl::FailedPreconditionError(absl::StrCat("target \"", name, "\" is listed by chain(s) ",
                                                       absl::StrJoin(names, ", "), "; remove it from them first"));
   }
+  Mutation m;
+  m.generation = cur->generation + 1;
+  m.deleted_targets.emplace_back(name);
+  RETURN_IF_ERROR(Commit(m));
   std::vector<TargetConfig> tv;
   std::vector<ChainConfig> cv;
   for (const TargetEntry& e : cur->targets) {
@@ -915,6 +956,10 @@ absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time no
   const ChainEntry* c = cur->FindChain(name);
   if (c == nullptr) return NotFound("chain", name);
   if (!c->config.managed_by.empty()) return ManagedElsewhere("", "chain", name, c->config.managed_by);
+  Mutation m;
+  m.generation = cur->generation + 1;
+  m.deleted_chains.emplace_back(name);
+  RETURN_IF_ERROR(Commit(m));
   std::vector<TargetConfig> tv;
   std::vector<ChainConfig> cv;
   for (const TargetEntry& e : cur->targets) tv.push_back(e.config);
@@ -936,6 +981,11 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
   if (t == nullptr) return NotFound("target", name);
   if (t->config.enabled == enabled) return Events{};
   if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
+  Mutation m;
+  m.generation = cur->generation + 1;
+  m.put_targets.push_back(t->config);
+  m.put_targets.back().enabled = enabled;
+  RETURN_IF_ERROR(Commit(m));
   std::vector<TargetConfig> tv;
   std::vector<ChainConfig> cv;
   for (const TargetEntry& e : cur->targets) {
@@ -948,6 +998,74 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
   events.push_back(
       ConfigEvent(ConfigObject::kTarget, std::string(name), ConfigChangeKind::kUpdated, next->generation, now));
   Install(std::move(next), now, &events);
+  return events;
+}
+
+absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time now) {
+  std::lock_guard<std::mutex> admin(admin_mu_);
+  for (size_t i = 0; i < state.targets.size(); ++i) {
+    RETURN_IF_ERROR(ValidateTarget(state.targets[i], absl::StrCat("stored targets[", i, "]")));
+  }
+  std::set<std::string> names;
+  for (const auto& t : state.targets) names.insert(t.name);
+  for (size_t i = 0; i < state.chains.size(); ++i) {
+    RETURN_IF_ERROR(ValidateChain(state.chains[i], absl::StrCat("stored chains[", i, "]"),
+                                  [&](const std::string& n) { return names.count(n) ? "target" : ""; }));
+  }
+  auto next = BuildSnapshot(state.targets, state.chains, state.generation, nullptr);
+  Events ignored;  // restoring is not a change
+  for (const RestoredTarget& r : state.health) {
+    const TargetEntry* t = next->FindTarget(r.name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->health.Restore(r.automatic, r.since, r.trips, r.recovery_passes);
+    if (r.automatic == HealthState::kDown) t->rt->health.MakeProbeDue(now);
+    t->rt->source = r.source;
+    t->rt->reason = r.reason;
+    t->rt->last_error = r.last_error;
+    t->rt->last_error_time = r.last_error_time;
+    t->rt->last_probe = r.last_probe;
+  }
+  for (const auto& [name, manual] : state.manual) {
+    const TargetEntry* t = next->FindTarget(name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->manual = true;
+    t->rt->manual_reason = manual.reason;
+    t->rt->manual_since = manual.since;
+  }
+  for (const TargetEntry& t : next->targets) {
+    std::lock_guard<std::mutex> lock(t.rt->mu);
+    PublishLocked(t, t.rt->Effective(), t.rt->source, t.rt->reason, now, &ignored);
+  }
+  for (const RestoredChain& r : state.chain_states) {
+    const ChainEntry* c = next->FindChain(r.name);
+    if (c == nullptr || PositionIn(*c, *next, r.active) < 0) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->initialized = true;
+    c->rt->active = r.active;
+    c->rt->state = r.state;
+    c->rt->active_since = r.active_since;
+    c->rt->last_switch = r.last_switch;
+  }
+  for (const auto& [chain, target] : state.pins) {
+    const ChainEntry* c = next->FindChain(chain);
+    if (c == nullptr || PositionIn(*c, *next, target) < 0) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->pinned = target;
+  }
+  {
+    std::lock_guard<std::shared_mutex> lock(snapshot_mu_);
+    snapshot_ = next;
+  }
+  // Chains with no stored state (or a stale one) settle now, with events.
+  Events events;
+  EvalContext ctx;
+  ctx.reason = SwitchReason::kConfig;
+  for (const ChainEntry& c : next->chains) {
+    std::lock_guard<std::mutex> lock(c.rt->mu);
+    EvaluateChainLocked(*next, c, now, ctx, &events);
+  }
   return events;
 }
 
@@ -967,6 +1085,11 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
   Events events;
   std::lock_guard<std::mutex> lock(chain->rt->mu);
   if (chain->rt->pinned == target) return events;
+  Mutation m;
+  m.kind = Mutation::Kind::kPin;
+  m.chain = std::string(chain_name);
+  m.target = std::string(target);
+  RETURN_IF_ERROR(Commit(m));
   chain->rt->pinned = std::string(target);
   EvalContext ctx;
   ctx.reason = SwitchReason::kPin;
@@ -983,6 +1106,10 @@ absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time no
   Events events;
   std::lock_guard<std::mutex> lock(chain->rt->mu);
   if (chain->rt->pinned.empty()) return events;
+  Mutation m;
+  m.kind = Mutation::Kind::kPin;
+  m.chain = std::string(chain_name);
+  RETURN_IF_ERROR(Commit(m));
   chain->rt->pinned.clear();
   EvalContext ctx;
   ctx.reason = SwitchReason::kUnpin;
@@ -1015,6 +1142,13 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   {
     std::lock_guard<std::mutex> lock(t->rt->mu);
     if (t->rt->manual) return events;  // already applied: no second event
+    Mutation m;
+    m.kind = Mutation::Kind::kManual;
+    m.target = std::string(name);
+    m.manual = true;
+    m.reason = why;
+    m.since = now;
+    RETURN_IF_ERROR(Commit(m));
     const HealthState before = t->rt->Effective();
     t->rt->manual = true;
     t->rt->manual_reason = why;
@@ -1037,6 +1171,10 @@ absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl
   {
     std::lock_guard<std::mutex> lock(t->rt->mu);
     if (!t->rt->manual) return events;
+    Mutation m;
+    m.kind = Mutation::Kind::kManual;
+    m.target = std::string(name);
+    RETURN_IF_ERROR(Commit(m));
     const HealthState before = t->rt->Effective();
     t->rt->manual = false;
     t->rt->manual_reason.clear();
@@ -1069,6 +1207,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     s.last_error = t.rt->last_error;
     s.last_error_time = t.rt->last_error_time;
     s.recovery_passes = t.rt->health.recovery_passes();
+    s.trips = t.rt->health.trips();
   }
   const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
   if (held != INT64_MIN) s.held_until = absl::FromUnixNanos(held);

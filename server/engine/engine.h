@@ -14,6 +14,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -205,6 +207,7 @@ struct TargetStatus {
   absl::Time held_until = absl::InfinitePast();
   bool enabled = true;
   uint32_t recovery_passes = 0;
+  uint32_t trips = 0;
   std::vector<std::string> chains;
 };
 
@@ -237,9 +240,69 @@ struct ConfigDiff {
 
 struct ApplyOptions {
   bool dry_run = false;
-  // The config file applying the change; empty = the API. Objects declared by
-  // a file can only be changed by that file.
-  std::string managed_by;
+  // True when the change is the whole set of objects declared in config files:
+  // each object keeps the `managed_by` file it carries, and file-managed objects
+  // missing from the change are deleted. False (the API): objects declared by a
+  // file cannot be changed.
+  bool from_files = false;
+};
+
+// A change that must be durable before it takes effect. The engine hands it to
+// the commit hook (storage) before changing anything; if the hook fails, the
+// change is refused. Another replica could apply the same mutation.
+struct Mutation {
+  enum class Kind : uint8_t { kConfig, kPin, kManual };
+  Kind kind = Kind::kConfig;
+  // kConfig
+  uint64_t generation = 0;
+  std::vector<TargetConfig> put_targets;
+  std::vector<std::string> deleted_targets;
+  std::vector<ChainConfig> put_chains;
+  std::vector<std::string> deleted_chains;
+  // kPin (target empty = unpin) and kManual
+  std::string chain;
+  std::string target;
+  bool manual = false;
+  std::string reason;
+  absl::Time since;
+};
+using CommitHook = std::function<absl::Status(const Mutation&)>;
+
+// State read back from storage at start-up.
+struct RestoredTarget {
+  std::string name;
+  HealthState automatic = HealthState::kUnknown;
+  absl::Time since = absl::InfinitePast();
+  uint32_t trips = 0;
+  uint32_t recovery_passes = 0;
+  Source source = Source::kAuto;
+  std::string reason;
+  std::string last_error;
+  absl::Time last_error_time = absl::InfinitePast();
+  absl::Time last_probe = absl::InfinitePast();
+};
+
+struct RestoredChain {
+  std::string name;
+  std::string active;
+  ChainState state = ChainState::kPrimary;
+  absl::Time active_since = absl::InfinitePast();
+  absl::Time last_switch = absl::InfinitePast();
+};
+
+struct RestoredManual {
+  std::string reason;
+  absl::Time since;
+};
+
+struct RestoredState {
+  uint64_t generation = 0;
+  std::vector<TargetConfig> targets;
+  std::vector<ChainConfig> chains;
+  std::map<std::string, std::string> pins;  // chain -> target
+  std::map<std::string, RestoredManual> manual;
+  std::vector<RestoredTarget> health;
+  std::vector<RestoredChain> chain_states;
 };
 
 struct ApplyResult {
@@ -257,6 +320,14 @@ class Engine {
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Called with every admin change before it takes effect. Set before serving.
+  void SetCommitHook(CommitHook hook) { commit_ = std::move(hook); }
+
+  // Loads persisted state before serving. A target that was DOWN is due for a
+  // probe at once. Returns the events of chains that had to settle (no stored
+  // state, or state that no longer fits the config); none for a clean restore.
+  [[nodiscard]] absl::StatusOr<Events> Restore(const RestoredState& state, absl::Time now);
 
   // --- config ---
   [[nodiscard]] absl::StatusOr<ApplyResult> Apply(const ConfigChange& change, const ApplyOptions& options,
@@ -333,6 +404,9 @@ class Engine {
   TargetStatus StatusOf(const Snapshot& snap, const TargetEntry& target) const;
   ChainStatus StatusOf(const Snapshot& snap, const ChainEntry& chain) const;
 
+  absl::Status Commit(const Mutation& m) { return commit_ ? commit_(m) : absl::OkStatus(); }
+
+  CommitHook commit_;
   const EngineOptions options_;
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};

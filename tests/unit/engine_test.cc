@@ -842,8 +842,11 @@ TEST_F(ValidationTest, DeletingATargetThatAChainListsIsRefusedNamingTheChains) {
 
 TEST_F(ValidationTest, ObjectsFromAConfigFileCannotBeChangedOverTheApi) {
   ApplyOptions file;
-  file.managed_by = "/etc/failoverd/chains.yaml";
-  ASSERT_TRUE(engine_.Apply(ConfigChange{{Target("f1"), Target("f2")}, {Chain("fc", {"f1", "f2"})}}, file, now_).ok());
+  file.from_files = true;
+  ConfigChange declared{{Target("f1"), Target("f2")}, {Chain("fc", {"f1", "f2"})}};
+  for (auto& t : declared.targets) t.managed_by = "/etc/failoverd/chains.yaml";
+  for (auto& c : declared.chains) c.managed_by = "/etc/failoverd/chains.yaml";
+  ASSERT_TRUE(engine_.Apply(declared, file, now_).ok());
   TargetConfig edit = Target("f1");
   edit.weight = 9;
   ExpectRejected({{edit}, {}}, "targets[0]", "/etc/failoverd/chains.yaml", absl::StatusCode::kFailedPrecondition);
@@ -854,6 +857,106 @@ TEST_F(ValidationTest, AChainCannotDropItsPinnedTarget) {
   ApplyOk({Target("c")}, {});
   ASSERT_TRUE(engine_.Pin("ch", "b", now_).ok());
   ExpectRejected({{}, {Chain("ch", {"a", "c"})}}, "ch", "pinned", absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ValidationTest, AFileApplyRemovesFileObjectsItNoLongerDeclaresAndKeepsApiObjects) {
+  ApplyOptions file;
+  file.from_files = true;
+  ConfigChange declared{{Target("f1"), Target("f2"), Target("f3")}, {Chain("fc", {"f1", "f2"})}};
+  for (auto& t : declared.targets) t.managed_by = "a.yaml";
+  for (auto& c : declared.chains) c.managed_by = "a.yaml";
+  ASSERT_TRUE(engine_.Apply(declared, file, now_).ok());
+  declared.targets.pop_back();  // f3 no longer declared
+  auto r = engine_.Apply(declared, file, now_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(engine_.GetTarget("f3").ok());
+  EXPECT_TRUE(engine_.GetTarget("a").ok());  // created over the API: untouched
+  // A declared target still listed by a chain cannot disappear alone.
+  ConfigChange broken = declared;
+  broken.targets.pop_back();  // drop f2, keep chain fc listing it
+  auto refused = engine_.Apply(broken, file, now_);
+  // fc now names an unknown target: refused as a whole.
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(engine_.GetTarget("f2").ok());
+}
+
+TEST_F(EngineTest, AFailedCommitRefusesTheChangeAndChangesNothing) {
+  TwoTargetChain();
+  std::vector<Mutation> committed;
+  bool fail = false;
+  engine_.SetCommitHook([&](const Mutation& m) {
+    if (fail) return absl::UnavailableError("disk full");
+    committed.push_back(m);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(engine_.Pin("assistant-llm", "gemma-local", now_).ok());
+  ASSERT_EQ(committed.size(), 1u);
+  EXPECT_EQ(committed[0].kind, Mutation::Kind::kPin);
+  EXPECT_EQ(committed[0].target, "gemma-local");
+
+  fail = true;
+  const uint64_t generation = engine_.generation();
+  EXPECT_EQ(engine_.Apply(ConfigChange{{Target("x")}, {}}, ApplyOptions{}, now_).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(engine_.GetTarget("x").ok());
+  EXPECT_EQ(engine_.generation(), generation);
+  EXPECT_FALSE(engine_.TriggerManualFailover("argus-llm", "r", now_).ok());
+  EXPECT_NE(Health("argus-llm"), HealthState::kManual);
+  EXPECT_FALSE(engine_.Unpin("assistant-llm", now_).ok());
+  EXPECT_EQ(Status("assistant-llm").pinned_target, "gemma-local");
+}
+
+TEST_F(EngineTest, ConfigMutationsCarryTheNewGenerationAndTheObjects) {
+  TwoTargetChain();
+  std::vector<Mutation> committed;
+  engine_.SetCommitHook([&](const Mutation& m) {
+    committed.push_back(m);
+    return absl::OkStatus();
+  });
+  const uint64_t before = engine_.generation();
+  ApplyOk({Target("x")}, {});
+  ASSERT_EQ(committed.size(), 1u);
+  EXPECT_EQ(committed[0].generation, before + 1);
+  ASSERT_EQ(committed[0].put_targets.size(), 1u);
+  EXPECT_EQ(committed[0].put_targets[0].name, "x");
+  ASSERT_TRUE(engine_.DeleteTarget("x", now_).ok());
+  ASSERT_EQ(committed.size(), 2u);
+  EXPECT_EQ(committed[1].deleted_targets, std::vector<std::string>{"x"});
+}
+
+TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
+  RestoredState state;
+  state.generation = 7;
+  state.targets = {Target("a"), Target("b"), Target("c")};
+  state.chains = {Chain("ch", {"a", "b"}), Chain("other", {"a", "c"})};
+  RestoredTarget down;
+  down.name = "a";
+  down.automatic = HealthState::kDown;
+  down.since = now_ - absl::Minutes(30);
+  down.trips = 4;
+  down.last_error = "server_error: 500";
+  state.health = {down};
+  state.chain_states = {RestoredChain{"ch", "b", ChainState::kFallback, now_ - absl::Minutes(30), now_ - absl::Minutes(30)}};
+  state.pins["other"] = "c";
+  state.manual["c"] = RestoredManual{"maintenance", now_ - absl::Minutes(1)};
+  auto settled = engine_.Restore(state, now_);
+  ASSERT_TRUE(settled.ok()) << settled.status();
+  // Only the chain without stored state settles (pinned); "ch" is as it was.
+  ASSERT_EQ(settled->size(), 1u);
+  EXPECT_EQ((*settled)[0].chain, "other");
+  EXPECT_EQ((*settled)[0].to_chain_state, ChainState::kPinned);
+  EXPECT_EQ(engine_.generation(), 7u);
+  auto a = engine_.GetTarget("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->status.health, HealthState::kDown);
+  EXPECT_EQ(a->status.trips, 4u);
+  EXPECT_EQ(a->status.last_error, "server_error: 500");
+  EXPECT_EQ(Health("c"), HealthState::kManual);
+  EXPECT_EQ(Status("other").state, ChainState::kPinned);
+  EXPECT_EQ(Status("other").active_target, "c");
+  ChainStatus ch = Status("ch");
+  EXPECT_EQ(ch.active_target, "b");
+  EXPECT_EQ(ch.active_since, now_ - absl::Minutes(30));
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "server/engine/engine.h"
 
 namespace rocksdb {
 class DB;
@@ -65,6 +68,29 @@ class Store {
   // Flushes and closes the database. Safe to call twice.
   [[nodiscard]] absl::Status Close();
 
+  // Writes an admin change (config, pin, manual failover) with sync: it is on
+  // disk before this returns.
+  [[nodiscard]] absl::Status Commit(const Mutation& m);
+
+  // Writes state transitions with the events that announce them in one batch,
+  // WAL on, no sync (survives a process crash; a machine crash can lose the
+  // last moments). `events` are numbered; the next sequence is recorded too.
+  [[nodiscard]] absl::Status WriteTransitions(const std::vector<TargetStatus>& targets,
+                                              const std::vector<ChainStatus>& chains, const Events& events);
+
+  // Everything needed to restore the engine.
+  [[nodiscard]] absl::StatusOr<RestoredState> Load() const;
+  // The next event sequence to hand out (1 on a fresh store).
+  uint64_t next_sequence() const { return next_sequence_; }
+  // The newest `limit` events, oldest first.
+  [[nodiscard]] absl::StatusOr<Events> RecentEvents(size_t limit) const;
+  // Events after `sequence`, oldest first, at most `limit`; false in `complete`
+  // when `sequence` is older than the oldest retained event.
+  [[nodiscard]] absl::StatusOr<Events> EventsAfter(uint64_t sequence, size_t limit, bool* complete) const;
+
+  // Drops events beyond the newest `keep_count` and those older than `max_age`.
+  [[nodiscard]] absl::Status TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now);
+
   rocksdb::DB* db() const { return db_; }
   rocksdb::ColumnFamilyHandle* handle(Family f) const { return handles_[static_cast<int>(f)]; }
 
@@ -74,6 +100,7 @@ class Store {
 
   std::string data_dir_;
   std::string instance_id_;
+  uint64_t next_sequence_ = 1;
   rocksdb::DB* db_ = nullptr;
   std::array<rocksdb::ColumnFamilyHandle*, static_cast<int>(Family::kCount)> handles_{};
 };

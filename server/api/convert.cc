@@ -158,6 +158,53 @@ void TimeToProto(absl::Time t, google::protobuf::Timestamp* out) {
   out->set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
 }
 
+absl::Time TimeFromProto(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return absl::InfinitePast();
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+namespace {
+// The engine's enums start where the API's start after UNSPECIFIED.
+template <typename EngineEnum>
+EngineEnum FromApiEnum(int value) {
+  return static_cast<EngineEnum>(value > 0 ? value - 1 : 0);
+}
+}  // namespace
+
+Event EventFromProto(const v1::Event& in) {
+  Event e;
+  e.sequence = in.sequence();
+  e.time = TimeFromProto(in.time());
+  if (in.has_chain_switched()) {
+    const auto& s = in.chain_switched();
+    e.kind = EventKind::kChainSwitched;
+    e.chain = s.chain();
+    e.from_target = s.from_target();
+    e.to_target = s.to_target();
+    e.from_chain_state = FromApiEnum<ChainState>(s.from_state());
+    e.to_chain_state = FromApiEnum<ChainState>(s.to_state());
+    e.switch_reason = FromApiEnum<SwitchReason>(s.reason());
+    e.detail = s.detail();
+  } else if (in.has_target_state()) {
+    const auto& s = in.target_state();
+    e.kind = EventKind::kTargetState;
+    e.target = s.target();
+    e.from_health = FromApiEnum<HealthState>(s.from_state());
+    e.to_health = FromApiEnum<HealthState>(s.to_state());
+    e.source = FromApiEnum<Source>(s.source());
+    e.reason = s.reason();
+    e.last_error = s.last_error();
+  } else if (in.has_config_changed()) {
+    const auto& s = in.config_changed();
+    e.kind = EventKind::kConfigChanged;
+    e.what = FromApiEnum<ConfigObject>(s.what());
+    e.object_name = s.name();
+    e.change = FromApiEnum<ConfigChangeKind>(s.change());
+    e.generation = s.generation();
+  }
+  return e;
+}
+
 absl::StatusOr<TargetConfig> TargetFromProto(const v1::Target& t, absl::string_view path) {
   TargetConfig out;
   out.name = t.name();
@@ -178,6 +225,7 @@ absl::StatusOr<TargetConfig> TargetFromProto(const v1::Target& t, absl::string_v
   out.limit_rpm = t.limits().rpm();
   out.labels.insert(t.labels().begin(), t.labels().end());
   out.enabled = !t.has_enabled() || t.enabled();
+  out.managed_by = t.managed_by();
   return out;
 }
 
@@ -194,6 +242,7 @@ absl::StatusOr<ChainConfig> ChainFromProto(const v1::Chain& c, absl::string_view
   }
   ASSIGN_OR_RETURN(out.policy, PolicyFromProto(c.policy(), absl::StrCat(path, ".policy")));
   out.failover_enabled = !c.has_failover_enabled() || c.failover_enabled();
+  out.managed_by = c.managed_by();
   return out;
 }
 
@@ -405,3 +454,9 @@ void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out) {
 static_assert(static_cast<int>(failover::Reason::kNetwork) == failover::v1::FAILURE_REASON_NETWORK);
 static_assert(static_cast<int>(failover::Reason::kAdmission) == failover::v1::FAILURE_REASON_ADMISSION);
 static_assert(static_cast<int>(failover::Reason::kUnknown) == failover::v1::FAILURE_REASON_UNKNOWN);
+static_assert(static_cast<int>(failover::HealthState::kManual) + 1 == failover::v1::HEALTH_STATE_MANUAL);
+static_assert(static_cast<int>(failover::ChainState::kPinned) + 1 == failover::v1::CHAIN_STATE_PINNED);
+static_assert(static_cast<int>(failover::Source::kConfig) + 1 == failover::v1::TRANSITION_SOURCE_CONFIG);
+static_assert(static_cast<int>(failover::SwitchReason::kConfig) + 1 == failover::v1::SWITCH_REASON_CONFIG);
+static_assert(static_cast<int>(failover::ConfigObject::kPin) + 1 == failover::v1::CONFIG_OBJECT_KIND_PIN);
+static_assert(static_cast<int>(failover::ConfigChangeKind::kUnchanged) + 1 == failover::v1::CONFIG_CHANGE_UNCHANGED);

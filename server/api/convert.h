@@ -24,6 +24,8 @@ namespace v1 = ::failover::v1;
 void DurationToProto(absl::Duration d, google::protobuf::Duration* out);
 // Leaves `out` unset for InfinitePast (never happened).
 void TimeToProto(absl::Time t, google::protobuf::Timestamp* out);
+// Unset = InfinitePast.
+absl::Time TimeFromProto(const google::protobuf::Timestamp& t);
 
 [[nodiscard]] absl::StatusOr<TargetConfig> TargetFromProto(const v1::Target& t, absl::string_view path);
 [[nodiscard]] absl::StatusOr<ChainConfig> ChainFromProto(const v1::Chain& c, absl::string_view path);
@@ -42,6 +44,8 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out);
 void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out);
 void AttemptToProto(const PlannedAttempt& a, v1::Attempt* out);
 void EventToProto(const Event& e, v1::Event* out);
+// The inverse of EventToProto, for events read back from storage.
+Event EventFromProto(const v1::Event& in);
 void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out);
 
 }  // namespace failover::api

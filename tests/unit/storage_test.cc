@@ -1,0 +1,245 @@
+// The RocksDB store on a real database in a fresh temp dir per test.
+#include "storage/store.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "storage/encoding.h"
+#include "tests/support/failoverd_process.h"
+
+namespace failover::storage {
+namespace {
+
+using ::failover::testing::TempDir;
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+std::unique_ptr<Store> OpenOk(const std::string& dir) {
+  auto s = Store::Open(dir);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+Event SwitchEvent(uint64_t seq, absl::Time t) {
+  Event e;
+  e.kind = EventKind::kChainSwitched;
+  e.sequence = seq;
+  e.time = t;
+  e.chain = "ch";
+  e.from_target = "a";
+  e.to_target = "b";
+  e.to_chain_state = ChainState::kFallback;
+  e.switch_reason = SwitchReason::kTrip;
+  e.detail = "a 503";
+  return e;
+}
+
+TEST(StoreTest, KeysSortInNumericOrder) {
+  std::vector<uint64_t> values = {0, 1, 255, 256, 257, 65535, 65536, 1ull << 40, UINT64_MAX};
+  for (size_t i = 1; i < values.size(); ++i) {
+    EXPECT_LT(EncodeUint64(values[i - 1]), EncodeUint64(values[i])) << values[i];
+    uint64_t back = 0;
+    ASSERT_TRUE(DecodeUint64(EncodeUint64(values[i]), &back));
+    EXPECT_EQ(back, values[i]);
+  }
+}
+
+TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
+  TempDir dir;
+  std::string instance;
+  {
+    auto store = OpenOk(dir.path());
+    instance = store->instance_id();
+    Mutation config;
+    config.generation = 5;
+    TargetConfig a;
+    a.name = "ollama/qwen3:8b";
+    a.kind = TargetKind::kLocal;
+    a.warm = true;
+    a.labels["base_url"] = "http://127.0.0.1:11434/v1";
+    a.timeout = absl::Seconds(30);
+    a.managed_by = "/etc/failoverd/a.yaml";
+    TargetConfig b;
+    b.name = "b";
+    b.weight = 3;
+    config.put_targets = {a, b};
+    ChainConfig c;
+    c.name = "ch";
+    c.targets = {"ollama/qwen3:8b", "b"};
+    c.strategy = Strategy::kRoundRobin;
+    c.policy.recovery_min_dwell = absl::Seconds(5);
+    c.policy.retry_on_statuses = {"5xx"};
+    c.policy.same_target_retries[Reason::kNetwork] = 0;
+    config.put_chains = {c};
+    ASSERT_TRUE(store->Commit(config).ok());
+    Mutation pin;
+    pin.kind = Mutation::Kind::kPin;
+    pin.chain = "ch";
+    pin.target = "b";
+    ASSERT_TRUE(store->Commit(pin).ok());
+    Mutation manual;
+    manual.kind = Mutation::Kind::kManual;
+    manual.target = "b";
+    manual.manual = true;
+    manual.reason = "maintenance";
+    manual.since = kT0;
+    ASSERT_TRUE(store->Commit(manual).ok());
+
+    TargetStatus health;
+    health.name = "ollama/qwen3:8b";
+    health.automatic = HealthState::kDown;
+    health.since = kT0;
+    health.trips = 3;
+    health.last_error = "server_error: 500";
+    health.last_error_time = kT0;
+    ChainStatus chain;
+    chain.name = "ch";
+    chain.active_target = "b";
+    chain.state = ChainState::kFallback;
+    chain.active_since = kT0;
+    chain.last_switch = kT0;
+    ASSERT_TRUE(store->WriteTransitions({health}, {chain}, {SwitchEvent(1, kT0), SwitchEvent(2, kT0)}).ok());
+    EXPECT_EQ(store->next_sequence(), 3u);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto store = OpenOk(dir.path());
+  EXPECT_EQ(store->instance_id(), instance);
+  EXPECT_EQ(store->next_sequence(), 3u);
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->generation, 5u);
+  ASSERT_EQ(state->targets.size(), 2u);
+  EXPECT_EQ(state->targets[1].name, "ollama/qwen3:8b");
+  EXPECT_EQ(state->targets[1].kind, TargetKind::kLocal);
+  EXPECT_EQ(state->targets[1].labels.at("base_url"), "http://127.0.0.1:11434/v1");
+  EXPECT_EQ(state->targets[1].timeout, absl::Seconds(30));
+  EXPECT_EQ(state->targets[1].managed_by, "/etc/failoverd/a.yaml");
+  EXPECT_EQ(state->targets[0].weight, 3u);
+  ASSERT_EQ(state->chains.size(), 1u);
+  EXPECT_EQ(state->chains[0].strategy, Strategy::kRoundRobin);
+  EXPECT_EQ(state->chains[0].policy.recovery_min_dwell, absl::Seconds(5));
+  EXPECT_EQ(state->chains[0].policy.retry_on_statuses, std::vector<std::string>{"5xx"});
+  EXPECT_EQ(state->chains[0].policy.same_target_retries.at(Reason::kNetwork), 0u);
+  EXPECT_EQ(state->pins.at("ch"), "b");
+  EXPECT_EQ(state->manual.at("b").reason, "maintenance");
+  EXPECT_EQ(state->manual.at("b").since, kT0);
+  ASSERT_EQ(state->health.size(), 1u);
+  EXPECT_EQ(state->health[0].automatic, HealthState::kDown);
+  EXPECT_EQ(state->health[0].trips, 3u);
+  EXPECT_EQ(state->health[0].last_error, "server_error: 500");
+  ASSERT_EQ(state->chain_states.size(), 1u);
+  EXPECT_EQ(state->chain_states[0].active, "b");
+  EXPECT_EQ(state->chain_states[0].active_since, kT0);
+  auto events = store->RecentEvents(10);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].sequence, 2u);
+  EXPECT_EQ((*events)[1].detail, "a 503");
+  EXPECT_EQ((*events)[1].switch_reason, SwitchReason::kTrip);
+}
+
+TEST(StoreTest, DeletingAChainOrTargetRemovesItsRuntimeRecords) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  Mutation pin;
+  pin.kind = Mutation::Kind::kPin;
+  pin.chain = "ch";
+  pin.target = "b";
+  ASSERT_TRUE(store->Commit(pin).ok());
+  Mutation del;
+  del.generation = 2;
+  del.deleted_chains = {"ch"};
+  ASSERT_TRUE(store->Commit(del).ok());
+  auto state = store->Load();
+  ASSERT_TRUE(state.ok());
+  EXPECT_TRUE(state->pins.empty());
+  // Unpin deletes the pin.
+  ASSERT_TRUE(store->Commit(pin).ok());
+  pin.target.clear();
+  ASSERT_TRUE(store->Commit(pin).ok());
+  EXPECT_TRUE(store->Load()->pins.empty());
+}
+
+TEST(StoreTest, EventsAreTrimmedByCountAndByAge) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  Events events;
+  for (uint64_t i = 1; i <= 100; ++i) events.push_back(SwitchEvent(i, kT0 + absl::Minutes(static_cast<int64_t>(i))));
+  ASSERT_TRUE(store->WriteTransitions({}, {}, events).ok());
+  ASSERT_TRUE(store->TrimEvents(30, absl::Hours(1000), kT0 + absl::Minutes(100)).ok());
+  auto left = store->RecentEvents(1000);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 30u);
+  EXPECT_EQ(left->front().sequence, 71u);
+  // Age: keep only events newer than 10 minutes.
+  ASSERT_TRUE(store->TrimEvents(1000, absl::Minutes(10), kT0 + absl::Minutes(100)).ok());
+  left = store->RecentEvents(1000);
+  ASSERT_EQ(left->size(), 11u);  // minutes 90..100
+  EXPECT_EQ(left->front().sequence, 90u);
+  bool complete = true;
+  auto after = store->EventsAfter(50, 100, &complete);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(complete);  // 51..89 are gone
+  after = store->EventsAfter(95, 100, &complete);
+  EXPECT_TRUE(complete);
+  EXPECT_EQ(after->size(), 5u);
+}
+
+TEST(StoreTest, ANewerSchemaIsRefusedAndNothingIsOverwritten) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    ASSERT_TRUE(store->db()->Put(rocksdb::WriteOptions(), store->handle(Family::kMeta), "schema_version", "99").ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto refused = Store::Open(dir.path());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("newer failoverd"));
+  // Still 99 on disk.
+  rocksdb::DB* raw = nullptr;
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  for (const auto& f : kFamilies) cfs.emplace_back(f.name, rocksdb::ColumnFamilyOptions());
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  ASSERT_TRUE(rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir.path(), cfs, &handles, &raw).ok());
+  std::string v;
+  ASSERT_TRUE(raw->Get(rocksdb::ReadOptions(), handles[static_cast<int>(Family::kMeta)], "schema_version", &v).ok());
+  EXPECT_EQ(v, "99");
+  for (auto* h : handles) raw->DestroyColumnFamilyHandle(h);
+  delete raw;
+}
+
+TEST(StoreTest, ALockedDataDirIsRefused) {
+  TempDir dir;
+  auto first = OpenOk(dir.path());
+  auto second = Store::Open(dir.path());
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(dir.path()));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use"));
+}
+
+TEST(StoreTest, ACorruptDatabaseIsRefusedNamingTheDir) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  // Overwrite every MANIFEST with garbage.
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind("MANIFEST", 0) == 0) {
+      std::ofstream(entry.path(), std::ios::trunc) << "this is not a manifest";
+    }
+  }
+  auto refused = Store::Open(dir.path());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("corrupt"));
+}
+
+}  // namespace
+}  // namespace failover::storage

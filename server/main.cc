@@ -21,34 +21,46 @@
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
 #include "server/api/service_context.h"
+#include "server/config_reloader.h"
 #include "server/engine/clock.h"
 #include "server/engine/engine.h"
 #include "server/log/log.h"
+#include "server/state_sync.h"
 #include "storage/store.h"
 
 namespace {
+
+namespace log = failover::log;
 
 struct Flags {
   std::string listen = "127.0.0.1:50051";
   std::string data_dir = "./data";
   std::string config;
+  double config_poll_seconds = 2;
   std::string metrics_listen = "127.0.0.1:9464";
   std::string log_level = "info";
   std::string log_format = "text";
   std::string port_file;
   double shutdown_grace_seconds = 10;
+  size_t events_keep = 10000;
+  double events_max_age_hours = 168;
 };
 
 // The services whose health is reported; "" is the server as a whole.
-constexpr const char* kHealthServices[] = {"", "failover.v1.DecisionService",
-                                           "failover.v1.AdminService"};
+constexpr const char* kHealthServices[] = {"", "failover.v1.DecisionService", "failover.v1.AdminService"};
 
-// Runs the engine's time-driven work (dwell expiry, targets without health
-// checks coming back, decision expiry) about once a second.
+void SetServing(grpc::Server* server, bool serving) {
+  for (const char* name : kHealthServices) server->GetHealthCheckService()->SetServingStatus(name, serving);
+}
+
+// Runs the time-driven work about once a second: the engine's dwell expiry,
+// targets without health checks coming back, decision expiry; and once a
+// minute, event retention.
 class Ticker {
  public:
-  Ticker(failover::Engine* engine, const failover::Clock* clock, failover::api::EventLog* events)
-      : engine_(engine), clock_(clock), events_(events), thread_([this] { Run(); }) {}
+  Ticker(failover::Engine* engine, const failover::Clock* clock, failover::api::EventLog* events,
+         failover::storage::Store* store, const Flags& flags)
+      : engine_(engine), clock_(clock), events_(events), store_(store), flags_(flags), thread_([this] { Run(); }) {}
   ~Ticker() {
     {
       absl::MutexLock lock(&mu_);
@@ -60,11 +72,16 @@ class Ticker {
  private:
   void Run() {
     absl::MutexLock lock(&mu_);
-    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1))) {
+    for (int tick = 1; !mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Seconds(1)); ++tick) {
       mu_.Unlock();
       failover::Events events;
       engine_->Tick(clock_->Now(), &events);
       events_->Publish(std::move(events));
+      if (tick % 60 == 0) {
+        const absl::Status trimmed = store_->TrimEvents(
+            flags_.events_keep, absl::Hours(flags_.events_max_age_hours), clock_->Now());
+        if (!trimmed.ok()) log::Error(absl::StrCat("event retention failed: ", trimmed.message()));
+      }
       mu_.Lock();
     }
   }
@@ -72,31 +89,69 @@ class Ticker {
   failover::Engine* engine_;
   const failover::Clock* clock_;
   failover::api::EventLog* events_;
+  failover::storage::Store* store_;
+  const Flags& flags_;
   absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ = false;
   std::thread thread_;
 };
 
-void SetServing(grpc::Server* server, bool serving) {
-  for (const char* name : kHealthServices) {
-    server->GetHealthCheckService()->SetServingStatus(name, serving);
-  }
+sigset_t HandledSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
 }
 
 int Run(const Flags& flags) {
-  namespace log = failover::log;
+  failover::RealClock clock;
   auto store_or = failover::storage::Store::Open(flags.data_dir);
   if (!store_or.ok()) {
     log::Error(absl::StrCat("cannot open the data dir: ", store_or.status().message()));
     return 1;
   }
   std::unique_ptr<failover::storage::Store> store = std::move(store_or).value();
-  log::Info("data dir opened", {{"data_dir", flags.data_dir}, {"instance", store->instance_id()}});
+
+  // Restore everything before serving.
+  failover::Engine engine;
+  const absl::Time restore_start = clock.Now();
+  auto restored = store->Load();
+  if (!restored.ok()) {
+    log::Error(absl::StrCat("cannot read the data dir: ", restored.status().message()));
+    return 1;
+  }
+  auto settled = engine.Restore(*restored, clock.Now());
+  if (!settled.ok()) {
+    log::Error(absl::StrCat("cannot restore the stored state from ", flags.data_dir, ": ", settled.status().message()));
+    return 1;
+  }
+  failover::api::EventLog event_log(1000, store->next_sequence());
+  auto recent = store->RecentEvents(1000);
+  if (recent.ok()) event_log.Preload(std::move(recent).value());
+  event_log.SetSink([&](const failover::Events& events) { PersistTransitions(*store, engine, events); });
+  engine.SetCommitHook([&](const failover::Mutation& m) { return store->Commit(m); });
+  event_log.Publish(std::move(settled).value());
+  log::Info("state restored", {{"data_dir", flags.data_dir},
+                               {"instance", store->instance_id()},
+                               {"targets", std::to_string(restored->targets.size())},
+                               {"chains", std::to_string(restored->chains.size())},
+                               {"generation", std::to_string(restored->generation)},
+                               {"next_sequence", std::to_string(store->next_sequence())},
+                               {"took", absl::FormatDuration(clock.Now() - restore_start)}});
+
+  std::unique_ptr<failover::ConfigReloader> reloader;
   if (!flags.config.empty()) {
-    log::Warn("config files are not loaded by this build yet", {{"config", flags.config}});
+    reloader = std::make_unique<failover::ConfigReloader>(flags.config, &engine, &clock, &event_log);
+    const absl::Status applied = reloader->Apply();
+    if (!applied.ok()) {
+      log::Error(absl::StrCat("bad config: ", applied.message()));
+      return 1;
+    }
+    if (flags.config_poll_seconds > 0) reloader->Watch(absl::Seconds(flags.config_poll_seconds));
   }
 
-  std::unique_ptr<prometheus::Exposer> exposer;
   auto registry = std::make_shared<prometheus::Registry>();
   prometheus::BuildGauge()
       .Name("failover_build_info")
@@ -104,6 +159,7 @@ int Run(const Flags& flags) {
       .Register(*registry)
       .Add({{"version", FAILOVERD_VERSION}})
       .Set(1);
+  std::unique_ptr<prometheus::Exposer> exposer;
   if (!flags.metrics_listen.empty()) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(flags.metrics_listen);
@@ -114,13 +170,11 @@ int Run(const Flags& flags) {
     }
   }
 
-  failover::RealClock clock;
-  failover::Engine engine;
-  failover::api::EventLog event_log;
   failover::api::ServiceContext context{&engine, &clock, &event_log, clock.Now(), FAILOVERD_VERSION};
   failover::api::DecisionService decision_service(context);
   failover::api::AdminService admin_service(context);
-  Ticker ticker(&engine, &clock, &event_log);
+  Ticker ticker(&engine, &clock, &event_log, store.get(), flags);
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -143,27 +197,27 @@ int Run(const Flags& flags) {
     std::rename(tmp.c_str(), flags.port_file.c_str());
   }
 
-  // Signals were blocked in main() before any thread started; wait for one here.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
+  // Signals were blocked in main() before any thread started; wait for them here.
+  const sigset_t signals = HandledSignals();
   for (;;) {
     int sig = 0;
-    sigwait(&set, &sig);
-    if (sig == SIGHUP) {
-      log::Info("SIGHUP received; nothing to reload in this build");
-      continue;
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) {
+      log::Info(absl::StrCat("signal ", sig, " received; shutting down"));
+      break;
     }
-    log::Info(absl::StrCat("signal ", sig, " received; shutting down"));
-    break;
+    if (reloader) {
+      reloader->Reload("SIGHUP");
+    } else {
+      log::Info("SIGHUP received; no --config to reload");
+    }
   }
   SetServing(server.get(), false);
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_grace_seconds * 1000)));
   server->Wait();
-  absl::Status closed = store->Close();
+  reloader.reset();
+  const absl::Status closed = store->Close();
   if (!closed.ok()) {
     log::Error(absl::StrCat("closing the data dir failed: ", closed.message()));
     return 1;
@@ -179,11 +233,15 @@ int main(int argc, char** argv) {
   CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
   app.add_option("--listen", flags.listen, "gRPC listen address (host:port; port 0 picks a free one)")
       ->capture_default_str();
-  app.add_option("--data-dir", flags.data_dir, "Directory of the embedded RocksDB database")
+  app.add_option("--data-dir", flags.data_dir, "Directory of the embedded RocksDB database")->capture_default_str();
+  app.add_option("--config", flags.config,
+                 "Config file or directory of *.yaml files declaring targets and chains; applied at start and "
+                 "reloaded on SIGHUP or when the files change");
+  app.add_option("--config-poll", flags.config_poll_seconds,
+                 "Seconds between checks of the config files for changes; 0 = only on SIGHUP")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--config", flags.config, "Config file or directory of *.yaml files (targets, chains)");
-  app.add_option("--metrics-listen", flags.metrics_listen,
-                 "Prometheus metrics address (host:port); empty disables metrics")
+  app.add_option("--metrics-listen", flags.metrics_listen, "Prometheus metrics address (host:port); empty disables")
       ->capture_default_str();
   app.add_option("--log-level", flags.log_level, "debug, info, warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
@@ -191,24 +249,25 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", flags.log_format, "text (one line per record) or json (JSON lines)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  app.add_option("--port-file", flags.port_file,
-                 "Write the bound gRPC port to this file once serving (useful with port 0)");
+  app.add_option("--port-file", flags.port_file, "Write the bound gRPC port to this file once serving (for port 0)");
   app.add_option("--shutdown-grace", flags.shutdown_grace_seconds,
                  "Seconds in-flight calls get to finish on SIGTERM/SIGINT")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--events-keep", flags.events_keep, "Events kept in the data dir, newest first")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--events-max-age", flags.events_max_age_hours, "Hours an event is kept in the data dir")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  failover::log::Level level = failover::log::Level::kInfo;
-  failover::log::ParseLevel(flags.log_level, &level);
-  failover::log::Configure(level, flags.log_format == "json");
+  log::Level level = log::Level::kInfo;
+  log::ParseLevel(flags.log_level, &level);
+  log::Configure(level, flags.log_format == "json");
 
   // Block the shutdown and reload signals in every thread; Run() waits for them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const sigset_t signals = HandledSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   return Run(flags);
 }

@@ -50,12 +50,23 @@ std::string EventLog::Describe(const Event& e) {
   return "event";
 }
 
+void EventLog::Preload(Events events) {
+  absl::MutexLock lock(&mu_);
+  for (Event& e : events) {
+    recent_.push_back(std::move(e));
+    if (recent_.size() > keep_recent_) recent_.pop_front();
+  }
+}
+
 void EventLog::Publish(Events events) {
   if (events.empty()) return;
   absl::MutexLock lock(&mu_);
   for (Event& e : events) {
     e.sequence = next_sequence_++;
     log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
+  }
+  if (sink_) sink_(events);
+  for (Event& e : events) {
     recent_.push_back(std::move(e));
     if (recent_.size() > keep_recent_) recent_.pop_front();
   }

@@ -16,7 +16,15 @@ class EventLog {
  public:
   explicit EventLog(size_t keep_recent = 1000, uint64_t next_sequence = 1);
 
-  // Numbers `events` (in order), logs one line each and keeps them.
+  // Called with every numbered batch, in sequence order, before Publish
+  // returns (storage writes transitions with their events here).
+  using Sink = std::function<void(const Events&)>;
+  void SetSink(Sink sink) { sink_ = std::move(sink); }
+  // Seeds the recent list (events read back from storage after a restart).
+  void Preload(Events events);
+
+  // Numbers `events` (in order), logs one line each, hands them to the sink
+  // and keeps them.
   void Publish(Events events);
 
   // The newest `limit` events that `match` accepts, oldest first.
@@ -28,6 +36,7 @@ class EventLog {
 
  private:
   const size_t keep_recent_;
+  Sink sink_;
   mutable absl::Mutex mu_;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> recent_ ABSL_GUARDED_BY(mu_);

@@ -8,119 +8,16 @@
 #include "failover/v1/decision.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/failoverd_process.h"
+#include "tests/support/api_test.h"
 
 namespace failover::testing {
 namespace {
 
-namespace v1 = ::failover::v1;
 using ::testing::HasSubstr;
 
-google::protobuf::Duration Millis(int64_t ms) {
-  google::protobuf::Duration d;
-  d.set_seconds(ms / 1000);
-  d.set_nanos(static_cast<int32_t>((ms % 1000) * 1'000'000));
-  return d;
-}
-
-class DecisionIntegrationTest : public ::testing::Test {
+class DecisionIntegrationTest : public ApiTest {
  protected:
-  void SetUp() override {
-    proc_ = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data_.path(), {}});
-    std::string error;
-    ASSERT_TRUE(proc_->Start(&error)) << error;
-    auto channel = proc_->Channel();
-    decide_ = v1::DecisionService::NewStub(channel);
-    admin_ = v1::AdminService::NewStub(channel);
-  }
-
-  std::unique_ptr<grpc::ClientContext> Ctx() {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return ctx;
-  }
-
-  grpc::Status Apply(const v1::ApplyRequest& req, v1::ApplyResponse* resp = nullptr) {
-    v1::ApplyResponse ignored;
-    return admin_->Apply(Ctx().get(), req, resp ? resp : &ignored);
-  }
-
-  static v1::Target* AddTarget(v1::ApplyRequest* req, const std::string& name,
-                               v1::TargetKind kind = v1::TARGET_KIND_REMOTE) {
-    v1::Target* t = req->add_targets();
-    t->set_name(name);
-    t->set_kind(kind);
-    return t;
-  }
-
-  v1::PickTargetResponse Pick(const std::string& chain) {
-    v1::PickTargetRequest req;
-    req.set_chain(chain);
-    v1::PickTargetResponse resp;
-    grpc::Status s = decide_->PickTarget(Ctx().get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp;
-  }
-
-  v1::ReportOutcomeResponse Report(const std::string& decision, const std::string& target, uint32_t http_status,
-                                   const std::string& message = "") {
-    v1::ReportOutcomeRequest req;
-    req.set_decision_id(decision);
-    req.set_target(target);
-    if (http_status == 0) {
-      req.mutable_success();
-    } else {
-      req.mutable_failure()->set_http_status(http_status);
-      req.mutable_failure()->set_message(message);
-    }
-    v1::ReportOutcomeResponse resp;
-    grpc::Status s = decide_->ReportOutcome(Ctx().get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp;
-  }
-
-  std::vector<v1::Event> Events(const std::string& chain = "") {
-    v1::ListEventsRequest req;
-    req.set_limit(100);
-    if (!chain.empty()) req.add_chains(chain);
-    v1::ListEventsResponse resp;
-    grpc::Status s = admin_->ListEvents(Ctx().get(), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return {resp.events().begin(), resp.events().end()};
-  }
-
-  std::vector<v1::ChainSwitched> Switches(const std::string& chain) {
-    std::vector<v1::ChainSwitched> out;
-    for (const auto& e : Events(chain)) {
-      if (e.has_chain_switched()) out.push_back(e.chain_switched());
-    }
-    return out;
-  }
-
-  v1::ChainView Chain(const std::string& name) {
-    v1::GetChainRequest req;
-    req.set_name(name);
-    v1::ChainView view;
-    grpc::Status s = admin_->GetChain(Ctx().get(), req, &view);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return view;
-  }
-
-  // Polls `check` until it holds or 10 s pass.
-  template <typename F>
-  bool Eventually(F check) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (check()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return check();
-  }
-
-  TempDir data_;
-  std::unique_ptr<FailoverdProcess> proc_;
-  std::unique_ptr<v1::DecisionService::Stub> decide_;
-  std::unique_ptr<v1::AdminService::Stub> admin_;
+  void SetUp() override { StartServer(); }
 };
 
 TEST_F(DecisionIntegrationTest, LocalAiChainFailsOverStaysOnTheFallbackWhileRecoveringThenMovesBack) {

@@ -46,6 +46,7 @@ class FailoverdProcess {
   // Waits for the process to exit by itself.
   int WaitExit(double timeout_s);
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   std::string Stderr() const;
 
  private:

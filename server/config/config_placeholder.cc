@@ -1,1 +1,0 @@
-// Config file loading lands with the config issue.

@@ -1,0 +1,41 @@
+// Applies the config files at start and again whenever they change: on SIGHUP
+// and when their fingerprint (names, sizes, mtimes, inodes) changes, which
+// also catches Kubernetes' ConfigMap symlink swap. A new config is validated
+// whole and applied all-or-nothing; a bad one is logged with file, line and
+// field, and the running config stays.
+#pragma once
+
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "server/api/event_log.h"
+#include "server/engine/clock.h"
+#include "server/engine/engine.h"
+
+namespace failover {
+
+class ConfigReloader {
+ public:
+  ConfigReloader(std::string path, Engine* engine, const Clock* clock, api::EventLog* events);
+  ~ConfigReloader();
+
+  // Loads and applies the files now.
+  [[nodiscard]] absl::Status Apply();
+  // Apply(), logging the outcome; for SIGHUP and the watcher.
+  void Reload(const char* why);
+  // Polls for changes every `interval` until destroyed.
+  void Watch(absl::Duration interval);
+
+ private:
+  const std::string path_;
+  Engine* engine_;
+  const Clock* clock_;
+  api::EventLog* events_;
+  absl::Mutex mu_;  // one apply at a time
+  std::string fingerprint_;
+  bool stop_ = false;
+  std::thread watcher_;
+};
+
+}  // namespace failover

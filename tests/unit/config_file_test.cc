@@ -1,0 +1,89 @@
+// Config files: every example loads and applies; errors name file, line, field.
+#include "server/config/config_file.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+
+namespace failover::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
+  auto loaded = LoadConfigPath(EXAMPLES_DIR);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->files.size(), 4u);
+  Engine engine;
+  ApplyOptions options;
+  options.from_files = true;
+  auto applied = engine.Apply(loaded->change, options, kT0);
+  ASSERT_TRUE(applied.ok()) << Locate(*loaded, applied.status());
+  auto goclaw = engine.GetChain("agent-default");
+  ASSERT_TRUE(goclaw.ok());
+  EXPECT_EQ(goclaw->config.policy.backoff_factor, 5);
+  EXPECT_EQ(goclaw->config.policy.probe_interval, absl::Seconds(60));
+  EXPECT_THAT(goclaw->config.managed_by, HasSubstr("goclaw-cooldown.yaml"));
+  auto gomodel = engine.GetChain("resilient-chat");
+  ASSERT_TRUE(gomodel.ok());
+  EXPECT_EQ(gomodel->config.strategy, Strategy::kRoundRobin);
+  EXPECT_EQ(gomodel->config.policy.retry_on_statuses, (std::vector<std::string>{"408", "5xx"}));
+  auto minuspod = engine.GetChain("ad-detection");
+  ASSERT_TRUE(minuspod.ok());
+  EXPECT_EQ(minuspod->config.policy.rate_limit_on, RateLimitMode::kWait);
+  EXPECT_EQ(minuspod->config.policy.probe_interval, absl::Minutes(5));
+  auto local = engine.GetTarget("piper-local");
+  ASSERT_TRUE(local.ok());
+  EXPECT_FALSE(local->config.HasHealthCheck());
+}
+
+TEST(ConfigFileTest, SeveralDocumentsPerFile) {
+  auto loaded = ParseConfigText("targets: [{name: a}]\n---\ntargets: [{name: b}]\nchains: [{name: c, targets: [a, b]}]\n",
+                                "multi.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->change.targets.size(), 2u);
+  EXPECT_EQ(loaded->change.chains.size(), 1u);
+  EXPECT_EQ(loaded->chain_origins[0].line, 4);
+}
+
+TEST(ConfigFileTest, ParseErrorsNameFileLineAndField) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  } cases[] = {
+      {"targets:\n  - name: a\n    timeout: soon\n", "f.yaml:3: targets[0].timeout: must be a duration"},
+      {"targets:\n  - name: a\n    colour: red\n", "f.yaml:3: targets[0].colour: unknown field"},
+      {"targets:\n  - name: a\n    kind: cloud\n", "f.yaml:3: targets[0].kind: must be remote or local"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    policy:\n      trip: {errors: many}\n",
+       "f.yaml:5: chains[0].policy.trip.errors: must be a whole number"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    strategy: random\n", "f.yaml:4: chains[0].strategy"},
+      {"chains:\n  - targets: [a, b]\n", "chains[0]: name is required"},
+      {"targets: [a: b: c]\n", "f.yaml:1: not valid YAML"},
+      {"nodes: []\n", "f.yaml:1: nodes: unknown field"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    policy: {same_target_retries: {sleepy: 1}}\n",
+       "chains[0].policy.same_target_retries.sleepy: unknown reason"},
+  };
+  for (const Case& c : cases) {
+    auto loaded = ParseConfigText(c.text, "f.yaml");
+    ASSERT_FALSE(loaded.ok()) << c.text;
+    EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+TEST(ConfigFileTest, EngineErrorsAreLocatedInTheirFile) {
+  auto loaded = ParseConfigText("targets:\n  - name: a\n  - name: b\nchains:\n  - name: c\n    targets: [a, ghost]\n",
+                                "chains.yaml");
+  ASSERT_TRUE(loaded.ok());
+  Engine engine;
+  ApplyOptions options;
+  options.from_files = true;
+  auto applied = engine.Apply(loaded->change, options, kT0);
+  ASSERT_FALSE(applied.ok());
+  const absl::Status located = Locate(*loaded, applied.status());
+  EXPECT_THAT(std::string(located.message()), HasSubstr("chains.yaml:5: chains[0].targets[1]: unknown target \"ghost\""));
+}
+
+}  // namespace
+}  // namespace failover::config

@@ -43,6 +43,7 @@ struct Flags {
   std::string port_file;
   double shutdown_grace_seconds = 10;
   size_t events_keep = 10000;
+  size_t watch_queue = 1024;
   double events_max_age_hours = 168;
 };
 
@@ -130,7 +131,13 @@ int Run(const Flags& flags) {
   failover::api::EventLog event_log(1000, store->next_sequence());
   auto recent = store->RecentEvents(1000);
   if (recent.ok()) event_log.Preload(std::move(recent).value());
-  event_log.SetSink([&](const failover::Events& events) { PersistTransitions(*store, engine, events); });
+  auto registry = std::make_shared<prometheus::Registry>();
+  failover::api::Metrics metrics(*registry);
+  metrics.Seed(engine);
+  event_log.SetSink([&](const failover::Events& events) {
+    PersistTransitions(*store, engine, events);
+    metrics.OnEvents(events);
+  });
   engine.SetCommitHook([&](const failover::Mutation& m) { return store->Commit(m); });
   event_log.Publish(std::move(settled).value());
   log::Info("state restored", {{"data_dir", flags.data_dir},
@@ -152,7 +159,6 @@ int Run(const Flags& flags) {
     if (flags.config_poll_seconds > 0) reloader->Watch(absl::Seconds(flags.config_poll_seconds));
   }
 
-  auto registry = std::make_shared<prometheus::Registry>();
   prometheus::BuildGauge()
       .Name("failover_build_info")
       .Help("Build information; always 1.")
@@ -170,8 +176,13 @@ int Run(const Flags& flags) {
     }
   }
 
-  failover::api::ServiceContext context{&engine, &clock, &event_log, clock.Now(), FAILOVERD_VERSION};
-  failover::api::DecisionService decision_service(context);
+  failover::api::ServiceContext context{&engine, &clock, &event_log, &metrics, clock.Now(), FAILOVERD_VERSION};
+  failover::api::WatchOptions watch;
+  watch.queue_limit = flags.watch_queue;
+  watch.history = [&](uint64_t after, size_t limit, bool* complete) {
+    return store->EventsAfter(after, limit, complete);
+  };
+  failover::api::DecisionService decision_service(context, watch);
   failover::api::AdminService admin_service(context);
   Ticker ticker(&engine, &clock, &event_log, store.get(), flags);
 
@@ -188,8 +199,10 @@ int Run(const Flags& flags) {
     return 1;
   }
   SetServing(server.get(), true);
+  const std::string metrics_port =
+      exposer && !exposer->GetListeningPorts().empty() ? std::to_string(exposer->GetListeningPorts()[0]) : "";
   log::Info("failoverd serving", {{"listen", flags.listen}, {"port", std::to_string(port)},
-                                  {"metrics", flags.metrics_listen}});
+                                  {"metrics_port", metrics_port}});
   if (!flags.port_file.empty()) {
     // Written whole under a temp name, then renamed, so readers never see half a number.
     const std::string tmp = flags.port_file + ".tmp";
@@ -213,9 +226,12 @@ int Run(const Flags& flags) {
     }
   }
   SetServing(server.get(), false);
+  event_log.CloseWatchers();
   server->Shutdown(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_grace_seconds * 1000)));
+  log::Debug("grpc server shut down");
   server->Wait();
+  log::Debug("grpc server drained");
   reloader.reset();
   const absl::Status closed = store->Close();
   if (!closed.ok()) {
@@ -255,6 +271,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--events-keep", flags.events_keep, "Events kept in the data dir, newest first")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--watch-queue", flags.watch_queue,
+                 "Events queued per WatchEvents stream before a slow watcher is resynced with a snapshot")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--events-max-age", flags.events_max_age_hours, "Hours an event is kept in the data dir")

@@ -39,8 +39,10 @@ grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ct
 }
 
 grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext*,
-                                                              const WatchEventsRequest*) {
-  return new UnimplementedWriter<failover::v1::Event>("WatchEvents");
+                                                                              const WatchEventsRequest* request) {
+  WatchStream* stream = nullptr;
+  WatchStream::Start(ctx_, watch_, *request, &stream);
+  return stream;
 }
 
 absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetResponse* resp) {
@@ -59,7 +61,9 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   pick.session_key = req.session_key();
   Plan plan;
   Events events;
+  const absl::Time started = absl::Now();
   const absl::Status status = ctx_.engine->Pick(pick, ctx_.clock->Now(), &plan, &events);
+  if (ctx_.metrics != nullptr) ctx_.metrics->OnPick(pick.chain, status.ok(), absl::Now() - started);
   ctx_.events->Publish(std::move(events));
   RETURN_IF_ERROR(status);
   resp->set_decision_id(plan.decision_id);
@@ -91,6 +95,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   const absl::Status status = ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events);
   ctx_.events->Publish(std::move(events));
   RETURN_IF_ERROR(status);
+  if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result.reason);
   resp->set_verdict(VerdictToProto(result.verdict));
   resp->set_reason(ReasonToProto(result.reason));
   if (result.verdict == Verdict::kRetrySame) DurationToProto(result.retry_delay, resp->mutable_retry_delay());

@@ -3,12 +3,13 @@
 
 #include "failover/v1/decision.grpc.pb.h"
 #include "server/api/service_context.h"
+#include "server/api/watch_stream.h"
 
 namespace failover::api {
 
 class DecisionService final : public failover::v1::DecisionService::CallbackService {
  public:
-  explicit DecisionService(ServiceContext ctx) : ctx_(ctx) {}
+  DecisionService(ServiceContext ctx, WatchOptions watch) : ctx_(ctx), watch_(std::move(watch)) {}
 
   grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx,
                                        const failover::v1::PickTargetRequest* request,
@@ -27,6 +28,7 @@ class DecisionService final : public failover::v1::DecisionService::CallbackServ
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp);
 
   ServiceContext ctx_;
+  WatchOptions watch_;
 };
 
 }  // namespace failover::api

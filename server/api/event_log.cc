@@ -1,5 +1,7 @@
 #include "server/api/event_log.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/log/log.h"
 
@@ -66,6 +68,7 @@ void EventLog::Publish(Events events) {
     log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
   }
   if (sink_) sink_(events);
+  for (Watcher* w : watchers_) w->Deliver(events);
   for (Event& e : events) {
     recent_.push_back(std::move(e));
     if (recent_.size() > keep_recent_) recent_.pop_front();
@@ -79,6 +82,27 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
     if (match(*it)) out.push_back(*it);
   }
   return std::vector<Event>(out.rbegin(), out.rend());
+}
+
+uint64_t EventLog::Subscribe(Watcher* w) {
+  absl::MutexLock lock(&mu_);
+  watchers_.push_back(w);
+  return next_sequence_ - 1;
+}
+
+void EventLog::Unsubscribe(Watcher* w) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), w), watchers_.end());
+}
+
+void EventLog::CloseWatchers() {
+  absl::MutexLock lock(&mu_);
+  for (Watcher* w : watchers_) w->Close();
+}
+
+size_t EventLog::watcher_count() const {
+  absl::MutexLock lock(&mu_);
+  return watchers_.size();
 }
 
 uint64_t EventLog::last_sequence() const {

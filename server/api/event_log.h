@@ -24,8 +24,24 @@ class EventLog {
   void Preload(Events events);
 
   // Numbers `events` (in order), logs one line each, hands them to the sink
-  // and keeps them.
+  // and to every watcher, and keeps them.
   void Publish(Events events);
+
+  // A live subscriber. Deliver is called under the log's lock, in sequence
+  // order, and must only queue (never block).
+  class Watcher {
+   public:
+    virtual ~Watcher() = default;
+    virtual void Deliver(const Events& events) = 0;
+    // failoverd is shutting down: end the stream.
+    virtual void Close() = 0;
+  };
+  // Registers `w`; every event after the returned sequence reaches it.
+  uint64_t Subscribe(Watcher* w);
+  void Unsubscribe(Watcher* w);
+  size_t watcher_count() const;
+  // Ends every watcher's stream (shutdown).
+  void CloseWatchers();
 
   // The newest `limit` events that `match` accepts, oldest first.
   std::vector<Event> Recent(size_t limit, const std::function<bool(const Event&)>& match) const;
@@ -40,6 +56,7 @@ class EventLog {
   mutable absl::Mutex mu_;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> recent_ ABSL_GUARDED_BY(mu_);
+  std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace failover::api

@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "server/api/event_log.h"
+#include "server/api/metrics.h"
 #include "server/engine/clock.h"
 #include "server/engine/engine.h"
 
@@ -14,6 +15,7 @@ struct ServiceContext {
   Engine* engine = nullptr;
   const Clock* clock = nullptr;
   EventLog* events = nullptr;
+  Metrics* metrics = nullptr;  // optional
   absl::Time started;
   std::string version;
 };

@@ -1,11 +1,15 @@
 #include "tests/support/failoverd_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -77,8 +81,11 @@ bool FailoverdProcess::Start(std::string* error, double timeout_s) {
   std::error_code ec;
   std::filesystem::remove(port_file, ec);
   std::vector<std::string> args = {FailoverdBinary(), "--listen", "127.0.0.1:0",
-                                   "--data-dir", options_.data_dir, "--port-file", port_file,
-                                   "--metrics-listen", ""};
+                                   "--data-dir", options_.data_dir, "--port-file", port_file};
+  if (std::find(options_.extra_args.begin(), options_.extra_args.end(), "--metrics-listen") ==
+      options_.extra_args.end()) {
+    args.insert(args.end(), {"--metrics-listen", ""});  // no fixed port to collide on
+  }
   for (const auto& a : options_.extra_args) args.push_back(a);
   std::vector<char*> argv = CStrings(args);
 
@@ -132,6 +139,29 @@ int FailoverdProcess::Stop(int sig, double timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, sig);
   return WaitExit(timeout_s);
+}
+
+int FailoverdProcess::MetricsPort() const {
+  const std::string err = Stderr();
+  const size_t at = err.find("metrics_port=");
+  return at == std::string::npos ? 0 : std::atoi(err.c_str() + at + 13);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!write(fd, req.data(), req.size());
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
 }
 
 std::string FailoverdProcess::Stderr() const { return ReadFile(scratch_.path() + "/stderr"); }

@@ -48,6 +48,8 @@ class FailoverdProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   std::string Stderr() const;
+  // The metrics port failoverd logged (with --metrics-listen host:0), or 0.
+  int MetricsPort() const;
 
  private:
   Options options_;
@@ -59,6 +61,9 @@ class FailoverdProcess {
 // The path of a binary built next to the tests (from compile definitions).
 std::string FailoverdBinary();
 std::string FailoverctlBinary();
+
+// A plain HTTP/1.0 GET on loopback; returns the raw response.
+std::string HttpGet(int port, const std::string& path);
 
 // Runs a command, captures stdout and stderr, returns the exit code.
 struct CommandResult {

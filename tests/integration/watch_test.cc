@@ -1,0 +1,253 @@
+// WatchEvents, recent events and metrics through the real failoverd.
+#include <signal.h>
+
+#include "gmock/gmock.h"
+#include "tests/support/api_test.h"
+
+namespace failover::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class WatchTest : public ApiTest {
+ protected:
+  void TwoChains() {
+    v1::ApplyRequest req;
+    for (const char* t : {"a", "b", "c", "d"}) AddTarget(&req, t);
+    v1::Chain* one = req.add_chains();
+    one->set_name("one");
+    one->add_targets("a");
+    one->add_targets("b");
+    v1::Chain* two = req.add_chains();
+    two->set_name("two");
+    two->add_targets("c");
+    two->add_targets("d");
+    ASSERT_TRUE(Apply(req).ok());
+  }
+
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<v1::Event>> reader;
+  };
+  Watch Open(v1::WatchEventsRequest req) {
+    Watch w{Ctx(), nullptr};
+    w.reader = decide_->WatchEvents(w.ctx.get(), req);
+    return w;
+  }
+  // Reads until `stop` accepts an event; returns everything read.
+  template <typename F>
+  std::vector<v1::Event> ReadUntil(Watch& w, F stop) {
+    std::vector<v1::Event> out;
+    v1::Event e;
+    while (w.reader->Read(&e)) {
+      out.push_back(e);
+      if (stop(e)) break;
+    }
+    return out;
+  }
+
+  // Trips target a (chain one switches to b).
+  void TripA() {
+    v1::PickTargetResponse plan = Pick("one");
+    Report(plan.decision_id(), "a", 500, "boom");
+  }
+};
+
+TEST_F(WatchTest, SnapshotFirstThenTheSwitchWithSequences) {
+  StartServer();
+  TwoChains();
+  Watch w = Open(v1::WatchEventsRequest());
+  v1::Event first;
+  ASSERT_TRUE(w.reader->Read(&first));
+  ASSERT_TRUE(first.has_snapshot());
+  EXPECT_FALSE(first.snapshot().resync());
+  EXPECT_EQ(first.snapshot().chains_size(), 2);
+  EXPECT_EQ(first.snapshot().targets_size(), 4);
+  EXPECT_EQ(first.snapshot().chains(0).active_target(), "a");
+  TripA();
+  auto events = ReadUntil(w, [](const v1::Event& e) { return e.has_chain_switched(); });
+  ASSERT_FALSE(events.empty());
+  const v1::Event& sw = events.back();
+  EXPECT_EQ(sw.chain_switched().chain(), "one");
+  EXPECT_EQ(sw.chain_switched().from_target(), "a");
+  EXPECT_EQ(sw.chain_switched().to_target(), "b");
+  EXPECT_EQ(sw.chain_switched().reason(), v1::SWITCH_REASON_TRIP);
+  EXPECT_GT(sw.sequence(), first.sequence());
+  EXPECT_GT(sw.time().seconds(), 0);
+  // The target event came first, with its source and error.
+  bool saw_target = false;
+  for (const auto& e : events) {
+    if (e.has_target_state() && e.target_state().target() == "a") {
+      saw_target = true;
+      EXPECT_EQ(e.target_state().to_state(), v1::HEALTH_STATE_DOWN);
+      EXPECT_EQ(e.target_state().source(), v1::TRANSITION_SOURCE_AUTO);
+      EXPECT_THAT(e.target_state().last_error(), HasSubstr("500"));
+    }
+  }
+  EXPECT_TRUE(saw_target);
+}
+
+TEST_F(WatchTest, ChainFilterAlsoDeliversItsTargetsEvents) {
+  StartServer();
+  TwoChains();
+  v1::WatchEventsRequest req;
+  req.add_chains("two");
+  Watch w = Open(req);
+  v1::Event first;
+  ASSERT_TRUE(w.reader->Read(&first));
+  ASSERT_EQ(first.snapshot().chains_size(), 1);
+  EXPECT_EQ(first.snapshot().targets_size(), 2);
+  TripA();  // chain one: filtered out
+  v1::PickTargetResponse plan = Pick("two");
+  Report(plan.decision_id(), "c", 500);
+  auto events = ReadUntil(w, [](const v1::Event& e) { return e.has_chain_switched(); });
+  for (const auto& e : events) {
+    if (e.has_chain_switched()) {
+      EXPECT_EQ(e.chain_switched().chain(), "two");
+    }
+    if (e.has_target_state()) {
+      EXPECT_EQ(e.target_state().target(), "c");
+    }
+  }
+  EXPECT_EQ(events.back().chain_switched().to_target(), "d");
+}
+
+TEST_F(WatchTest, ResumeReplaysExactlyTheMissedEvents) {
+  StartServer();
+  TwoChains();
+  const uint64_t seen = Events().back().sequence();
+  TripA();
+  v1::PickTargetResponse plan = Pick("two");
+  Report(plan.decision_id(), "c", 500);
+  std::vector<uint64_t> missed;
+  for (const auto& e : Events()) {
+    if (e.sequence() > seen) missed.push_back(e.sequence());
+  }
+  ASSERT_GE(missed.size(), 4u);
+  v1::WatchEventsRequest req;
+  req.set_after_sequence(seen);
+  Watch w = Open(req);
+  std::vector<uint64_t> replayed;
+  v1::Event e;
+  while (replayed.size() < missed.size() && w.reader->Read(&e)) {
+    ASSERT_FALSE(e.has_snapshot()) << "resume from a retained sequence must not send a snapshot";
+    replayed.push_back(e.sequence());
+  }
+  EXPECT_EQ(replayed, missed);
+}
+
+TEST_F(WatchTest, ResumeFromBeyondTheRetainedLogGetsAResyncSnapshot) {
+  StartServer({"--events-keep", "1"});
+  TwoChains();
+  v1::WatchEventsRequest req;
+  req.set_after_sequence(1'000'000);  // never issued
+  Watch w = Open(req);
+  v1::Event e;
+  ASSERT_TRUE(w.reader->Read(&e));
+  ASSERT_TRUE(e.has_snapshot());
+  EXPECT_TRUE(e.snapshot().resync());
+}
+
+TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
+  StartServer({"--watch-queue", "4"});
+  TwoChains();
+  Watch slow = Open(v1::WatchEventsRequest());  // opened, never read until the end
+  v1::WatchEventsRequest only_two;
+  only_two.add_chains("two");
+  Watch other = Open(only_two);
+  v1::Event first;
+  ASSERT_TRUE(other.reader->Read(&first));
+  // A burst far larger than the queue: 40 new targets in one apply.
+  v1::ApplyRequest burst;
+  for (int i = 0; i < 40; ++i) AddTarget(&burst, "extra-" + std::to_string(i));
+  ASSERT_TRUE(Apply(burst).ok());
+  // Decisions keep working, and the other watcher still gets its switch.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Pick("one").attempts(0).target(), "a");
+  v1::PickTargetResponse plan = Pick("two");
+  Report(plan.decision_id(), "c", 500);
+  auto got = ReadUntil(other, [](const v1::Event& e) { return e.has_chain_switched(); });
+  EXPECT_EQ(got.back().chain_switched().to_target(), "d");
+  // The slow one: its opening snapshot, then (queue dropped) a resync snapshot
+  // that already shows the 40 new targets.
+  auto events = ReadUntil(slow, [](const v1::Event& e) { return e.has_snapshot() && e.snapshot().resync(); });
+  ASSERT_FALSE(events.empty());
+  ASSERT_TRUE(events.back().has_snapshot());
+  EXPECT_TRUE(events.back().snapshot().resync());
+  EXPECT_GE(events.back().snapshot().targets_size(), 44);
+}
+
+TEST_F(WatchTest, SigtermEndsWatchStreamsAndExitsCleanly) {
+  StartServer();
+  TwoChains();
+  Watch w = Open(v1::WatchEventsRequest());
+  v1::Event e;
+  ASSERT_TRUE(w.reader->Read(&e));
+  // A watcher reads all the time; do so while failoverd stops.
+  grpc::Status end;
+  std::thread reader([&] {
+    v1::Event ignored;
+    while (w.reader->Read(&ignored)) {
+    }
+    end = w.reader->Finish();
+  });
+  const int status = proc_->Stop(SIGTERM);
+  reader.join();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(end.error_message(), HasSubstr("resume after sequence"));
+}
+
+TEST_F(WatchTest, RecentEventsDefaultToTwentyAndFilterByChain) {
+  StartServer();
+  TwoChains();
+  v1::ApplyRequest burst;
+  for (int i = 0; i < 30; ++i) AddTarget(&burst, "extra-" + std::to_string(i));
+  ASSERT_TRUE(Apply(burst).ok());
+  v1::ListEventsResponse resp;
+  ASSERT_TRUE(admin_->ListEvents(Ctx().get(), v1::ListEventsRequest(), &resp).ok());
+  EXPECT_EQ(resp.events_size(), 20);
+  TripA();
+  for (const auto& ev : Events("two")) {
+    EXPECT_FALSE(ev.has_chain_switched() && ev.chain_switched().chain() == "one");
+    EXPECT_FALSE(ev.has_target_state() && ev.target_state().target() == "a");
+  }
+}
+
+TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
+  StartServer({"--metrics-listen", "127.0.0.1:0"});
+  TwoChains();
+  const int port = proc_->MetricsPort();
+  ASSERT_GT(port, 0) << proc_->Stderr();
+  Watch w = Open(v1::WatchEventsRequest());
+  v1::Event e;
+  ASSERT_TRUE(w.reader->Read(&e));
+  TripA();
+  const std::string text = HttpGet(port, "/metrics");
+  EXPECT_THAT(text, HasSubstr("failover_switches_total{chain=\"one\",from=\"a\",reason=\"trip\",to=\"b\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_target_up{target=\"a\"} 0"));
+  EXPECT_THAT(text, HasSubstr("failover_target_state{state=\"down\",target=\"a\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_chain_state{chain=\"one\",state=\"fallback\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_decisions_total{chain=\"one\",result=\"ok\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_decision_seconds_count 1"));
+  EXPECT_THAT(text, HasSubstr("failover_watchers 1"));
+  EXPECT_THAT(text, HasSubstr("failover_build_info{version="));
+  // A deleted chain's series go away.
+  v1::DeleteChainRequest del;
+  del.set_name("two");
+  v1::DeleteResponse resp;
+  ASSERT_TRUE(admin_->DeleteChain(Ctx().get(), del, &resp).ok());
+  EXPECT_THAT(HttpGet(port, "/metrics"), ::testing::Not(HasSubstr("chain=\"two\"")));
+}
+
+TEST_F(WatchTest, JsonLogLinesNameTheSwitch) {
+  StartServer({"--log-format", "json"});
+  TwoChains();
+  TripA();
+  EXPECT_THAT(proc_->Stderr(),
+              HasSubstr("\"msg\":\"chain one: a -> b (trip: a 500 \\\"boom\\\") state primary -> fallback\""));
+}
+
+}  // namespace
+}  // namespace failover::testing

@@ -1,9 +1,52 @@
 #include "client/connection.h"
 
-namespace failover::client {
+#include <fstream>
+#include <sstream>
 
-std::shared_ptr<grpc::Channel> OpenChannel(const ConnectionOptions& options) {
-  return grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+#include "absl/strings/str_cat.h"
+
+namespace failover::client {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionOptions& options) {
+  if (options.tls_ca.empty() && options.tls_cert.empty() && options.tls_key.empty()) {
+    return grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!options.tls_ca.empty()) {
+    auto ca = ReadPem(options.tls_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  if (!options.tls_cert.empty()) {
+    auto cert = ReadPem(options.tls_cert);
+    if (!cert.ok()) return cert.status();
+    ssl.pem_cert_chain = *cert;
+  }
+  if (!options.tls_key.empty()) {
+    auto key = ReadPem(options.tls_key);
+    if (!key.ok()) return key.status();
+    ssl.pem_private_key = *key;
+  }
+  return grpc::CreateChannel(options.server, grpc::SslCredentials(ssl));
+}
+
+void PrepareContext(const ConnectionOptions& options, grpc::ClientContext* ctx) {
+  if (options.timeout_seconds > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000)));
+  }
+  if (!options.token.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options.token));
 }
 
 }  // namespace failover::client

@@ -1,42 +1,479 @@
 // failoverctl: the command-line client of failoverd.
+//
+// Exit codes, stable for scripts: 0 success, 1 failoverd refused or failed
+// (its message on stderr), 2 usage error, 3 failoverd cannot be reached.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "client/connection.h"
+#include "client/format.h"
+#include "failover/v1/admin.grpc.pb.h"
+#include "failover/v1/decision.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/api/convert.h"
+#include "server/config/config_file.h"
 
 namespace {
 
-// Exit codes, stable for scripts.
+namespace v1 = ::failover::v1;
+using failover::client::Ago;
+using failover::client::OutputFormat;
+using failover::client::Table;
+
 constexpr int kExitOk = 0;
 constexpr int kExitRefused = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
 
-int ExitFor(const grpc::Status& status) {
-  if (status.ok()) return kExitOk;
-  std::fprintf(stderr, "failoverctl: %s\n", status.error_message().c_str());
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                 status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-             ? kExitUnreachable
-             : kExitRefused;
+bool Unreachable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+int ExitFor(const grpc::Status& s) {
+  if (s.ok()) return kExitOk;
+  std::fprintf(stderr, "failoverctl: %s\n", s.error_message().c_str());
+  return Unreachable(s) ? kExitUnreachable : kExitRefused;
+}
+
+int Usage(const std::string& message) {
+  std::fprintf(stderr, "failoverctl: %s\n", message.c_str());
+  return kExitUsage;
+}
+
+std::string Lower(const std::string& enum_name, const std::string& prefix) {
+  std::string s = enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string Health(v1::HealthState h) { return Lower(v1::HealthState_Name(h), "HEALTH_STATE_"); }
+std::string State(v1::ChainState s) { return Lower(v1::ChainState_Name(s), "CHAIN_STATE_"); }
+
+// One line per event, as in failoverd's log.
+std::string DescribeEvent(const v1::Event& e) {
+  const std::string head = absl::StrCat(e.sequence(), "  ");
+  if (e.has_chain_switched()) {
+    const auto& s = e.chain_switched();
+    return absl::StrCat(head, "chain ", s.chain(), ": ", s.from_target().empty() ? "(none)" : s.from_target(),
+                        " -> ", s.to_target(), " (", Lower(v1::SwitchReason_Name(s.reason()), "SWITCH_REASON_"),
+                        s.detail().empty() ? "" : ": ", s.detail(), ") state ", State(s.from_state()), " -> ",
+                        State(s.to_state()));
+  }
+  if (e.has_target_state()) {
+    const auto& s = e.target_state();
+    return absl::StrCat(head, "target ", s.target(), ": ", Health(s.from_state()), " -> ", Health(s.to_state()),
+                        " (", Lower(v1::TransitionSource_Name(s.source()), "TRANSITION_SOURCE_"),
+                        s.reason().empty() ? "" : ": ", s.reason(), ")");
+  }
+  if (e.has_config_changed()) {
+    const auto& s = e.config_changed();
+    return absl::StrCat(head, "config: ", Lower(v1::ConfigObjectKind_Name(s.what()), "CONFIG_OBJECT_KIND_"), " ",
+                        s.name(), " ", Lower(v1::ConfigChange_Name(s.change()), "CONFIG_CHANGE_"), " (generation ",
+                        s.generation(), ")");
+  }
+  if (e.has_snapshot()) {
+    return absl::StrCat(head, "snapshot", e.snapshot().resync() ? " (resync)" : "", ": ", e.snapshot().chains_size(),
+                        " chains, ", e.snapshot().targets_size(), " targets");
+  }
+  return head + "event";
+}
+
+absl::Time Now() { return absl::Now(); }
+
+std::string ChainsTable(const std::vector<v1::ChainStatus>& chains) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : chains) {
+    std::vector<std::string> targets;
+    for (const auto& t : c.targets()) targets.push_back(absl::StrCat(t.name(), ":", Health(t.health())));
+    rows.push_back({c.name(), State(c.state()), c.active_target(), Ago(c.last_switch(), Now()),
+                    absl::StrJoin(targets, " ")});
+  }
+  return Table({"CHAIN", "STATE", "ACTIVE", "LAST SWITCH", "TARGETS"}, rows, 30);
+}
+
+std::string TargetsTable(const std::vector<v1::TargetStatus>& targets) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : targets) {
+    rows.push_back({t.name(), Health(t.health()), Ago(t.last_probe(), Now()),
+                    t.last_error().empty() ? "-" : t.last_error()});
+  }
+  return Table({"TARGET", "HEALTH", "LAST PROBE", "LAST ERROR"}, rows, 28);
+}
+
+struct Ctl {
+  failover::client::ConnectionOptions conn;
+  std::string output = "table";
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::AdminService::Stub> admin;
+  std::unique_ptr<v1::DecisionService::Stub> decide;
+
+  std::unique_ptr<grpc::ClientContext> Ctx(bool deadline = true) const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    failover::client::ConnectionOptions o = conn;
+    if (!deadline) o.timeout_seconds = 0;
+    failover::client::PrepareContext(o, ctx.get());
+    return ctx;
+  }
+  OutputFormat Format() const {
+    return output == "json" ? OutputFormat::kJson : output == "yaml" ? OutputFormat::kYaml : OutputFormat::kTable;
+  }
+  // Prints `m` as JSON or YAML; false for table output (the caller prints a table).
+  bool PrintStructured(const google::protobuf::Message& m) const {
+    if (Format() == OutputFormat::kJson) {
+      std::cout << failover::client::ToJson(m) << "\n";
+      return true;
+    }
+    if (Format() == OutputFormat::kYaml) {
+      std::cout << failover::client::ToYaml(m);
+      return true;
+    }
+    return false;
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
+  auto loaded = failover::config::LoadConfigPath(path);
+  if (!loaded.ok()) return Usage(std::string(loaded.status().message()));
+  v1::ApplyRequest req;
+  req.set_dry_run(dry_run);
+  for (const auto& t : loaded->change.targets) failover::api::TargetToProto(t, req.add_targets());
+  for (const auto& c : loaded->change.chains) failover::api::ChainToProto(c, req.add_chains());
+  for (auto& t : *req.mutable_targets()) t.clear_managed_by();
+  for (auto& c : *req.mutable_chains()) c.clear_managed_by();
+  v1::ApplyResponse resp;
+  const grpc::Status s = ctl.admin->Apply(ctl.Ctx().get(), req, &resp);
+  if (!s.ok()) {
+    // Point at the file and line that declared the object the server names.
+    const absl::Status located = failover::config::Locate(
+        *loaded, absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message()));
+    return ExitFor(grpc::Status(s.error_code(), std::string(located.message())));
+  }
+  for (const auto& w : resp.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (ctl.PrintStructured(resp)) return kExitOk;
+  for (const auto& d : resp.changes()) {
+    std::string line = absl::StrCat(Lower(v1::ConfigObjectKind_Name(d.what()), "CONFIG_OBJECT_KIND_"), " ", d.name(),
+                                     ": ", Lower(v1::ConfigChange_Name(d.change()), "CONFIG_CHANGE_"));
+    if (d.changed_fields_size() > 0) absl::StrAppend(&line, " (", absl::StrJoin(d.changed_fields(), ", "), ")");
+    std::cout << line << "\n";
+  }
+  std::cout << (dry_run ? "dry run: nothing was saved\n" : absl::StrCat("generation ", resp.generation(), "\n"));
+  return kExitOk;
+}
+
+int Get(Ctl& ctl, const std::string& what, const std::string& name) {
+  if (what == "chains" || what == "chain") {
+    if (!name.empty()) {
+      v1::GetChainRequest req;
+      req.set_name(name);
+      v1::ChainView view;
+      const grpc::Status s = ctl.admin->GetChain(ctl.Ctx().get(), req, &view);
+      if (!s.ok()) return ExitFor(s);
+      if (!ctl.PrintStructured(view)) std::cout << ChainsTable({view.status()}) << "\n" << TargetsTable({view.status().targets().begin(), view.status().targets().end()});
+      return kExitOk;
+    }
+    v1::ListChainsResponse resp;
+    const grpc::Status s = ctl.admin->ListChains(ctl.Ctx().get(), v1::ListChainsRequest(), &resp);
+    if (!s.ok()) return ExitFor(s);
+    if (ctl.PrintStructured(resp)) return kExitOk;
+    std::vector<v1::ChainStatus> chains;
+    for (const auto& c : resp.chains()) chains.push_back(c.status());
+    std::cout << ChainsTable(chains);
+    return kExitOk;
+  }
+  if (what == "targets" || what == "target") {
+    std::vector<v1::TargetStatus> targets;
+    if (!name.empty()) {
+      v1::GetTargetRequest req;
+      req.set_name(name);
+      v1::TargetView view;
+      const grpc::Status s = ctl.admin->GetTarget(ctl.Ctx().get(), req, &view);
+      if (!s.ok()) return ExitFor(s);
+      if (ctl.PrintStructured(view)) return kExitOk;
+      targets.push_back(view.status());
+    } else {
+      v1::ListTargetsResponse resp;
+      const grpc::Status s = ctl.admin->ListTargets(ctl.Ctx().get(), v1::ListTargetsRequest(), &resp);
+      if (!s.ok()) return ExitFor(s);
+      if (ctl.PrintStructured(resp)) return kExitOk;
+      for (const auto& t : resp.targets()) targets.push_back(t.status());
+    }
+    std::cout << TargetsTable(targets);
+    return kExitOk;
+  }
+  return Usage(absl::StrCat("get: expected chains or targets, got \"", what, "\""));
+}
+
+int Status(Ctl& ctl, bool watch) {
+  auto print = [&]() -> int {
+    v1::StatusResponse resp;
+    const grpc::Status s = ctl.admin->GetStatus(ctl.Ctx().get(), v1::GetStatusRequest(), &resp);
+    if (!s.ok()) return ExitFor(s);
+    if (ctl.PrintStructured(resp)) return kExitOk;
+    if (watch) std::cout << "\033[H\033[2J";  // redraw from the top
+    std::cout << ChainsTable({resp.chains().begin(), resp.chains().end()}) << "\n"
+              << TargetsTable({resp.targets().begin(), resp.targets().end()}) << std::flush;
+    return kExitOk;
+  };
+  if (const int rc = print(); rc != kExitOk || !watch) return rc;
+  // Redraw on every change; reconnect when the stream drops.
+  for (;;) {
+    auto ctx = ctl.Ctx(/*deadline=*/false);
+    auto reader = ctl.decide->WatchEvents(ctx.get(), v1::WatchEventsRequest());
+    v1::Event e;
+    while (reader->Read(&e)) print();
+    reader->Finish();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, const std::vector<std::string>& targets) {
+  v1::ListEventsRequest req;
+  req.set_limit(limit);
+  for (const auto& c : chains) req.add_chains(c);
+  for (const auto& t : targets) req.add_targets(t);
+  v1::ListEventsResponse resp;
+  const grpc::Status s = ctl.admin->ListEvents(ctl.Ctx().get(), req, &resp);
+  if (!s.ok()) return ExitFor(s);
+  if (ctl.PrintStructured(resp)) return kExitOk;
+  for (const auto& e : resp.events()) std::cout << DescribeEvent(e) << "\n";
+  return kExitOk;
+}
+
+int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
+          int64_t max_events, int64_t after) {
+  v1::WatchEventsRequest req;
+  for (const auto& c : chains) req.add_chains(c);
+  for (const auto& t : targets) req.add_targets(t);
+  if (after >= 0) req.set_after_sequence(static_cast<uint64_t>(after));
+  int64_t printed = 0;
+  double backoff = 0.2;
+  for (;;) {
+    auto ctx = ctl.Ctx(/*deadline=*/false);
+    auto reader = ctl.decide->WatchEvents(ctx.get(), req);
+    v1::Event e;
+    bool got_any = false;
+    while (reader->Read(&e)) {
+      got_any = true;
+      backoff = 0.2;
+      if (ctl.output == "json") {
+        std::cout << failover::client::ToJson(e, false) << std::endl;
+      } else {
+        std::cout << DescribeEvent(e) << std::endl;
+      }
+      if (e.sequence() > 0) req.set_after_sequence(e.sequence());
+      if (max_events > 0 && ++printed >= max_events) {
+        ctx->TryCancel();
+        return kExitOk;
+      }
+    }
+    const grpc::Status s = reader->Finish();
+    if (!Unreachable(s) && !got_any) return ExitFor(s);
+    std::fprintf(stderr, "failoverctl: watch interrupted (%s); resuming after sequence %llu\n",
+                 s.error_message().c_str(), static_cast<unsigned long long>(req.after_sequence()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000)));
+    backoff = std::min(backoff * 2, 5.0);
+  }
+}
+
+int Pick(Ctl& ctl, const std::string& chain, uint64_t body_bytes, const std::vector<std::string>& exclude,
+         const std::string& session) {
+  v1::PickTargetRequest req;
+  req.set_chain(chain);
+  req.set_body_bytes(body_bytes);
+  for (const auto& t : exclude) req.add_exclude_targets(t);
+  req.set_session_key(session);
+  v1::PickTargetResponse resp;
+  const grpc::Status s = ctl.decide->PickTarget(ctl.Ctx().get(), req, &resp);
+  if (!s.ok()) return ExitFor(s);
+  if (ctl.PrintStructured(resp)) return kExitOk;
+  std::cout << "decision " << resp.decision_id() << "\nchain state " << State(resp.chain_state()) << ", active "
+            << resp.active_target() << "\n";
+  std::vector<std::vector<std::string>> rows;
+  for (int i = 0; i < resp.attempts_size(); ++i) {
+    const auto& a = resp.attempts(i);
+    rows.push_back({std::to_string(i + 1), a.target(), a.upstream_model(), Health(a.health())});
+  }
+  std::cout << Table({"#", "TARGET", "UPSTREAM MODEL", "HEALTH"}, rows);
+  return kExitOk;
+}
+
+struct ReportFlags {
+  std::string decision, chain, target, message, error_code, transport, phase = "before_response";
+  uint32_t attempt = 1, http_status = 0;
+  int grpc_code = 0;
+  double retry_after = 0;
+  bool success = false;
+};
+
+int Report(Ctl& ctl, const ReportFlags& f) {
+  v1::ReportOutcomeRequest req;
+  req.set_decision_id(f.decision);
+  req.set_chain(f.chain);
+  req.set_target(f.target);
+  req.set_attempt(f.attempt);
+  if (f.success) {
+    req.mutable_success();
+  } else {
+    v1::Failure* fail = req.mutable_failure();
+    fail->set_http_status(f.http_status);
+    fail->set_grpc_code(f.grpc_code);
+    fail->set_message(f.message);
+    fail->set_error_code(f.error_code);
+    if (!f.transport.empty()) {
+      v1::TransportError t;
+      if (!v1::TransportError_Parse("TRANSPORT_ERROR_" + absl::AsciiStrToUpper(f.transport), &t)) {
+        return Usage("--transport: expected connect_refused, dns, reset, tls or timeout");
+      }
+      fail->set_transport_error(t);
+    }
+    v1::Phase p;
+    if (!v1::Phase_Parse("PHASE_" + absl::AsciiStrToUpper(f.phase), &p)) {
+      return Usage("--phase: expected before_response, after_first_byte or after_side_effect");
+    }
+    fail->set_phase(p);
+    if (f.retry_after > 0) failover::api::DurationToProto(absl::Seconds(f.retry_after), fail->mutable_retry_after());
+  }
+  v1::ReportOutcomeResponse resp;
+  const grpc::Status s = ctl.decide->ReportOutcome(ctl.Ctx().get(), req, &resp);
+  if (!s.ok()) return ExitFor(s);
+  if (ctl.PrintStructured(resp)) return kExitOk;
+  std::cout << "verdict " << Lower(v1::Verdict_Name(resp.verdict()), "VERDICT_") << ", reason "
+            << Lower(v1::FailureReason_Name(resp.reason()), "FAILURE_REASON_") << "\n";
+  if (resp.has_next_attempt()) std::cout << "next " << resp.next_attempt().target() << "\n";
+  if (resp.has_retry_delay()) std::cout << "retry after " << resp.retry_delay().seconds() << "." << resp.retry_delay().nanos() / 1000000 << "s\n";
+  if (!resp.error().empty()) std::cout << "error " << resp.error() << "\n";
+  std::cout << "target " << f.target << " " << Health(resp.target_health()) << "\n";
+  return kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  failover::client::ConnectionOptions conn;
-  if (const char* env = std::getenv("FAILOVERD_ADDR")) conn.server = env;
-  double timeout_seconds = 5;
+  Ctl ctl;
+  if (const char* env = std::getenv("FAILOVERD_ADDR")) ctl.conn.server = env;
+  if (const char* env = std::getenv("FAILOVERD_TOKEN")) ctl.conn.token = env;
 
-  CLI::App app{"failoverctl: administer and inspect failoverd"};
+  CLI::App app{"failoverctl: administer and inspect failoverd.\n"
+               "Exit codes: 0 success, 1 failoverd refused or failed, 2 usage error, 3 cannot reach failoverd."};
   app.require_subcommand(1);
-  app.add_option("--server", conn.server, "failoverd address host:port (env FAILOVERD_ADDR)")
+  app.fallthrough();
+  app.add_option("--server", ctl.conn.server, "failoverd address host:port (env FAILOVERD_ADDR)")->capture_default_str();
+  app.add_option("--token", ctl.conn.token, "Bearer token (env FAILOVERD_TOKEN)");
+  app.add_option("--tls-ca", ctl.conn.tls_ca, "CA certificate (PEM) to verify failoverd; enables TLS");
+  app.add_option("--tls-cert", ctl.conn.tls_cert, "Client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", ctl.conn.tls_key, "Client key (PEM) for mTLS");
+  app.add_option("--timeout", ctl.conn.timeout_seconds, "Seconds to wait for each call")->capture_default_str();
+  app.add_option("-o,--output", ctl.output, "table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
-  app.add_option("--timeout", timeout_seconds, "Seconds to wait for each call")->capture_default_str();
+
+  std::string path;
+  bool dry_run = false;
+  CLI::App* apply = app.add_subcommand("apply", "Create or replace the targets and chains declared in YAML files")
+                        ->footer("Examples:\n  failoverctl apply -f examples/config/\n  failoverctl apply -f chains.yaml --dry-run");
+  apply->add_option("-f,--file", path, "A YAML file or a directory of *.yaml files")->required();
+  apply->add_flag("--dry-run", dry_run, "Show what would change; save nothing");
+
+  std::string what, name;
+  CLI::App* get = app.add_subcommand("get", "Show chains or targets with their live state")
+                      ->footer("Examples:\n  failoverctl get chains\n  failoverctl get chain assistant-llm -o yaml\n  failoverctl get targets -o json");
+  get->add_option("kind", what, "chains or targets")->required();
+  get->add_option("name", name, "One object's name");
+
+  CLI::App* del = app.add_subcommand("delete", "Delete a chain or a target")
+                      ->footer("Examples:\n  failoverctl delete chain old-chain\n  failoverctl delete target old-model");
+  del->add_option("kind", what, "chain or target")->required();
+  del->add_option("name", name, "Name")->required();
+
+  std::string chain, target, reason;
+  CLI::App* pin = app.add_subcommand("pin", "Force a chain onto one of its targets (health checks go on)")
+                      ->footer("Example:\n  failoverctl pin assistant-llm gemma-local");
+  pin->add_option("chain", chain)->required();
+  pin->add_option("target", target)->required();
+  CLI::App* unpin = app.add_subcommand("unpin", "Release a pinned chain")->footer("Example:\n  failoverctl unpin assistant-llm");
+  unpin->add_option("chain", chain)->required();
+
+  CLI::App* failover = app.add_subcommand("failover", "Manual failover of a target: trigger or cancel");
+  failover->require_subcommand(1);
+  CLI::App* trigger = failover->add_subcommand("trigger", "Take a target out until cancelled")
+                          ->footer("Example:\n  failoverctl failover trigger llm-a --reason \"provider maintenance\"");
+  trigger->add_option("target", target)->required();
+  trigger->add_option("--reason", reason, "Why (recorded in the event)");
+  CLI::App* cancel = failover->add_subcommand("cancel", "Put a manually failed-over target back")
+                         ->footer("Example:\n  failoverctl failover cancel llm-a");
+  cancel->add_option("target", target)->required();
+
+  CLI::App* enable = app.add_subcommand("enable", "Enable a target")->footer("Example:\n  failoverctl enable gemma-local");
+  enable->add_option("target", target)->required();
+  CLI::App* disable = app.add_subcommand("disable", "Disable a target (skipped, never counted)")
+                          ->footer("Example:\n  failoverctl disable gemma-local");
+  disable->add_option("target", target)->required();
+
+  CLI::App* probe = app.add_subcommand("probe", "Health checks");
+  probe->require_subcommand(1);
+  CLI::App* probe_now = probe->add_subcommand("now", "Make health checks due at once (one target or all)")
+                            ->footer("Examples:\n  failoverctl probe now\n  failoverctl probe now argus-llm");
+  probe_now->add_option("target", target);
+
+  uint32_t limit = 20;
+  std::vector<std::string> chains, targets;
+  CLI::App* events = app.add_subcommand("events", "Recent events, oldest first")
+                         ->footer("Examples:\n  failoverctl events\n  failoverctl events --limit 100 --chain assistant-llm");
+  events->add_option("--limit", limit, "How many")->capture_default_str();
+  events->add_option("--chain", chains, "Only this chain (and its targets); repeatable");
+  events->add_option("--target", targets, "Only this target; repeatable");
+
+  int64_t max_events = 0;
+  int64_t after = -1;
+  CLI::App* watch = app.add_subcommand("watch", "Follow events live until interrupted; resumes after a dropped connection")
+                        ->footer("Examples:\n  failoverctl watch\n  failoverctl watch --chain assistant-llm -o json");
+  watch->add_option("--chain", chains, "Only this chain (and its targets); repeatable");
+  watch->add_option("--target", targets, "Only this target; repeatable");
+  watch->add_option("--max-events", max_events, "Exit after this many events (0 = never)");
+  watch->add_option("--after", after, "Start after this sequence (replay) instead of a snapshot");
+
+  bool status_watch = false;
+  CLI::App* status = app.add_subcommand("status", "Every chain and target at a glance")
+                         ->footer("Examples:\n  failoverctl status\n  failoverctl status --watch");
+  status->add_flag("--watch", status_watch, "Redraw on every change");
+
+  uint64_t body_bytes = 0;
+  std::vector<std::string> exclude;
+  std::string session;
+  CLI::App* pick = app.add_subcommand("pick", "Ask for a plan, as a caller would (debugging)")
+                       ->footer("Example:\n  failoverctl pick assistant-llm");
+  pick->add_option("chain", chain)->required();
+  pick->add_option("--body-bytes", body_bytes, "Request size");
+  pick->add_option("--exclude", exclude, "Targets already tried; repeatable");
+  pick->add_option("--session", session, "Session key (round_robin stickiness)");
+
+  ReportFlags rf;
+  CLI::App* report = app.add_subcommand("report", "Report an attempt's outcome, as a caller would (debugging)")
+                         ->footer("Examples:\n  failoverctl report --decision D --target argus-llm --http-status 503 --message overloaded\n"
+                                  "  failoverctl report --chain assistant-llm --target argus-llm --success");
+  report->add_option("--decision", rf.decision, "Decision id from pick");
+  report->add_option("--chain", rf.chain, "Chain (when there is no decision id)");
+  report->add_option("--target", rf.target, "Target that was tried")->required();
+  report->add_option("--attempt", rf.attempt, "Attempt number")->capture_default_str();
+  report->add_flag("--success", rf.success, "The attempt succeeded");
+  report->add_option("--http-status", rf.http_status, "HTTP status of the failure");
+  report->add_option("--grpc-code", rf.grpc_code, "gRPC code of the failure (1..16)");
+  report->add_option("--transport", rf.transport, "connect_refused, dns, reset, tls or timeout");
+  report->add_option("--message", rf.message, "Upstream error message");
+  report->add_option("--error-code", rf.error_code, "Upstream error code");
+  report->add_option("--retry-after", rf.retry_after, "Seconds from Retry-After");
+  report->add_option("--phase", rf.phase, "before_response, after_first_byte or after_side_effect")->capture_default_str();
 
   CLI::App* health = app.add_subcommand("health", "Check that failoverd is serving (gRPC health)");
 
@@ -47,15 +484,94 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
 
-  auto channel = failover::client::OpenChannel(conn);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  auto channel = failover::client::OpenChannel(ctl.conn);
+  if (!channel.ok()) return Usage(std::string(channel.status().message()));
+  ctl.channel = *channel;
+  ctl.admin = v1::AdminService::NewStub(ctl.channel);
+  ctl.decide = v1::DecisionService::NewStub(ctl.channel);
+
+  if (*apply) return Apply(ctl, path, dry_run);
+  if (*get) return Get(ctl, what, name);
+  if (*status) return Status(ctl, status_watch);
+  if (*events) return Events(ctl, limit, chains, targets);
+  if (*watch) return Watch(ctl, chains, targets, max_events, after);
+  if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
+  if (*report) {
+    if (!rf.success && rf.http_status == 0 && rf.grpc_code == 0 && rf.transport.empty() && rf.message.empty()) {
+      return Usage("report: give --success or the facts of the failure (--http-status, --grpc-code, --transport, --message)");
+    }
+    return Report(ctl, rf);
+  }
+  if (*del) {
+    v1::DeleteResponse resp;
+    grpc::Status s;
+    if (what == "chain" || what == "chains") {
+      v1::DeleteChainRequest req;
+      req.set_name(name);
+      s = ctl.admin->DeleteChain(ctl.Ctx().get(), req, &resp);
+    } else if (what == "target" || what == "targets") {
+      v1::DeleteTargetRequest req;
+      req.set_name(name);
+      s = ctl.admin->DeleteTarget(ctl.Ctx().get(), req, &resp);
+    } else {
+      return Usage(absl::StrCat("delete: expected chain or target, got \"", what, "\""));
+    }
+    if (!s.ok()) return ExitFor(s);
+    std::cout << what << " " << name << " deleted (generation " << resp.generation() << ")\n";
+    return kExitOk;
+  }
+  if (*pin || *unpin) {
+    v1::ChainView view;
+    grpc::Status s;
+    if (*pin) {
+      v1::PinChainRequest req;
+      req.set_chain(chain);
+      req.set_target(target);
+      s = ctl.admin->PinChain(ctl.Ctx().get(), req, &view);
+    } else {
+      v1::UnpinChainRequest req;
+      req.set_chain(chain);
+      s = ctl.admin->UnpinChain(ctl.Ctx().get(), req, &view);
+    }
+    if (!s.ok()) return ExitFor(s);
+    if (!ctl.PrintStructured(view)) std::cout << ChainsTable({view.status()});
+    return kExitOk;
+  }
+  if (*trigger || *cancel || *enable || *disable) {
+    v1::TargetView view;
+    grpc::Status s;
+    if (*trigger) {
+      v1::TriggerFailoverRequest req;
+      req.set_target(target);
+      req.set_reason(reason);
+      s = ctl.admin->TriggerFailover(ctl.Ctx().get(), req, &view);
+    } else if (*cancel) {
+      v1::CancelFailoverRequest req;
+      req.set_target(target);
+      s = ctl.admin->CancelFailover(ctl.Ctx().get(), req, &view);
+    } else {
+      v1::SetTargetEnabledRequest req;
+      req.set_target(target);
+      req.set_enabled(enable->parsed());
+      s = ctl.admin->SetTargetEnabled(ctl.Ctx().get(), req, &view);
+    }
+    if (!s.ok()) return ExitFor(s);
+    if (!ctl.PrintStructured(view)) std::cout << TargetsTable({view.status()});
+    return kExitOk;
+  }
+  if (*probe_now) {
+    v1::ProbeNowRequest req;
+    req.set_target(target);
+    v1::ProbeNowResponse resp;
+    const grpc::Status s = ctl.admin->ProbeNow(ctl.Ctx().get(), req, &resp);
+    if (!s.ok()) return ExitFor(s);
+    if (!ctl.PrintStructured(resp)) std::cout << "probes due now: " << absl::StrJoin(resp.targets(), ", ") << "\n";
+    return kExitOk;
+  }
   if (*health) {
-    auto stub = grpc::health::v1::Health::NewStub(channel);
-    grpc::health::v1::HealthCheckRequest req;
+    auto stub = grpc::health::v1::Health::NewStub(ctl.channel);
     grpc::health::v1::HealthCheckResponse resp;
-    grpc::Status s = stub->Check(&ctx, req, &resp);
+    const grpc::Status s = stub->Check(ctl.Ctx().get(), grpc::health::v1::HealthCheckRequest(), &resp);
     if (!s.ok()) return ExitFor(s);
     const bool serving = resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
     std::printf("%s\n", serving ? "SERVING" : "NOT_SERVING");

@@ -374,11 +374,11 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out) {
   out->set_automatic_health(HealthToProto(s.automatic));
   out->set_source(SourceToProto(s.source));
   out->set_reason(s.reason);
-  TimeToProto(s.since, out->mutable_since());
-  TimeToProto(s.last_probe, out->mutable_last_probe());
+  if (s.since != absl::InfinitePast()) TimeToProto(s.since, out->mutable_since());
+  if (s.last_probe != absl::InfinitePast()) TimeToProto(s.last_probe, out->mutable_last_probe());
   out->set_last_error(s.last_error);
-  TimeToProto(s.last_error_time, out->mutable_last_error_time());
-  TimeToProto(s.held_until, out->mutable_held_until());
+  if (s.last_error_time != absl::InfinitePast()) TimeToProto(s.last_error_time, out->mutable_last_error_time());
+  if (s.held_until != absl::InfinitePast()) TimeToProto(s.held_until, out->mutable_held_until());
   out->set_enabled(s.enabled);
   out->set_recovery_passes(s.recovery_passes);
   for (const auto& c : s.chains) out->add_chains(c);
@@ -388,9 +388,9 @@ void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out) {
   out->set_name(s.name);
   out->set_state(ChainStateToProto(s.state));
   out->set_active_target(s.active_target);
-  TimeToProto(s.active_since, out->mutable_active_since());
+  if (s.active_since != absl::InfinitePast()) TimeToProto(s.active_since, out->mutable_active_since());
   out->set_pinned_target(s.pinned_target);
-  TimeToProto(s.last_switch, out->mutable_last_switch());
+  if (s.last_switch != absl::InfinitePast()) TimeToProto(s.last_switch, out->mutable_last_switch());
   for (const auto& t : s.targets) TargetStatusToProto(t, out->add_targets());
 }
 

@@ -1,0 +1,196 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace failover::client {
+namespace {
+
+bool Unreachable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+void ToProto(absl::Duration d, google::protobuf::Duration* out) {
+  out->set_seconds(absl::ToInt64Seconds(d));
+  out->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(d - absl::Seconds(out->seconds()))));
+}
+
+v1::ReportOutcomeRequest MakeReport(const std::string& chain, const std::string& decision_id,
+                                    const std::string& target, uint32_t number, const AttemptOutcome& out) {
+  v1::ReportOutcomeRequest req;
+  req.set_chain(chain);
+  req.set_decision_id(decision_id);
+  req.set_target(target);
+  req.set_attempt(number);
+  if (out.ok) {
+    req.mutable_success();
+  } else {
+    *req.mutable_failure() = out.failure;
+  }
+  if (out.latency > absl::ZeroDuration()) ToProto(out.latency, req.mutable_latency());
+  return req;
+}
+
+std::string Describe(const v1::Failure& f) {
+  if (f.http_status() != 0) return absl::StrCat(f.http_status(), f.message().empty() ? "" : " ", f.message());
+  if (!f.message().empty()) return f.message();
+  return "failed";
+}
+
+}  // namespace
+
+Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options)
+    : stub_(std::move(stub)), options_(std::move(options)) {
+  if (!options_.sleep) options_.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+}
+
+void Client::SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_plan_.emplace(chain, std::move(attempts));  // a plan seen from failoverd wins
+}
+
+size_t Client::buffered_reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return buffered_.size();
+}
+
+void Client::Buffer(v1::ReportOutcomeRequest req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  buffered_.push_back(std::move(req));
+  while (buffered_.size() > options_.max_buffered_reports) buffered_.pop_front();
+}
+
+bool Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
+  grpc::ClientContext ctx;
+  PrepareContext(options_.connection, &ctx);
+  return stub_->ReportOutcome(&ctx, req, resp).ok();
+}
+
+size_t Client::Flush() {
+  size_t delivered = 0;
+  for (;;) {
+    v1::ReportOutcomeRequest req;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (buffered_.empty()) return delivered;
+      req = buffered_.front();
+    }
+    v1::ReportOutcomeResponse resp;
+    grpc::ClientContext ctx;
+    PrepareContext(options_.connection, &ctx);
+    const grpc::Status s = stub_->ReportOutcome(&ctx, req, &resp);
+    if (Unreachable(s)) return delivered;  // keep it for later
+    std::lock_guard<std::mutex> lock(mu_);
+    buffered_.pop_front();  // delivered, or refused for good (it would never be accepted)
+    if (s.ok()) ++delivered;
+  }
+}
+
+LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutcome(const v1::Attempt&)>& attempt,
+                       uint64_t body_bytes) {
+  if (buffered_reports() > 0) Flush();
+  LoopResult result;
+  v1::PickTargetRequest pick;
+  pick.set_chain(chain);
+  pick.set_body_bytes(body_bytes);
+  v1::PickTargetResponse plan;
+  grpc::ClientContext ctx;
+  PrepareContext(options_.connection, &ctx);
+  const grpc::Status picked = stub_->PickTarget(&ctx, pick, &plan);
+  if (!picked.ok()) {
+    if (!Unreachable(picked)) {
+      result.error = picked.error_message();
+      return result;
+    }
+    std::vector<v1::Attempt> cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = last_plan_.find(chain);
+      if (it != last_plan_.end()) cached = it->second;
+    }
+    if (cached.empty()) {
+      result.error = absl::StrCat("failoverd unreachable (", picked.error_message(), ") and no plan known for chain ",
+                                  chain);
+      return result;
+    }
+    return RunStatic(chain, "", cached, {}, attempt, std::move(result));
+  }
+  std::vector<v1::Attempt> plan_attempts(plan.attempts().begin(), plan.attempts().end());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_plan_[chain] = plan_attempts;
+  }
+
+  v1::Attempt current = plan_attempts.front();
+  std::vector<std::string> tried;
+  for (uint32_t number = 1; number <= options_.max_steps; ++number) {
+    const AttemptOutcome out = attempt(current);
+    tried.push_back(current.target());
+    AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED};
+    const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
+    v1::ReportOutcomeResponse verdict;
+    if (!Report(report, &verdict)) {
+      // failoverd went away mid-request: keep the report, carry on down the plan.
+      Buffer(report);
+      result.attempts.push_back(record);
+      if (out.ok) {
+        result.ok = true;
+        result.served_by = current.target();
+        result.fail_static = true;
+        return result;
+      }
+      return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
+    }
+    record.verdict = verdict.verdict();
+    result.attempts.push_back(record);
+    switch (verdict.verdict()) {
+      case v1::VERDICT_DONE:
+        result.ok = out.ok;
+        result.served_by = current.target();
+        return result;
+      case v1::VERDICT_RETRY_SAME:
+        options_.sleep(FromProto(verdict.retry_delay()));
+        break;
+      case v1::VERDICT_TRY_NEXT:
+        current = verdict.next_attempt();
+        break;
+      default:
+        result.error = verdict.error().empty() ? Describe(out.failure) : verdict.error();
+        return result;
+    }
+  }
+  result.error = absl::StrCat("gave up after ", options_.max_steps, " attempts");
+  return result;
+}
+
+LoopResult Client::RunStatic(const std::string& chain, const std::string& decision_id,
+                             const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
+                             const std::function<AttemptOutcome(const v1::Attempt&)>& attempt, LoopResult result) {
+  result.fail_static = true;
+  std::vector<std::string> failures;
+  uint32_t number = static_cast<uint32_t>(result.attempts.size());
+  for (const v1::Attempt& a : plan) {
+    if (std::find(tried.begin(), tried.end(), a.target()) != tried.end()) continue;
+    const AttemptOutcome out = attempt(a);
+    tried.push_back(a.target());
+    Buffer(MakeReport(chain, decision_id, a.target(), ++number, out));
+    result.attempts.push_back(AttemptRecord{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED});
+    if (out.ok) {
+      result.ok = true;
+      result.served_by = a.target();
+      return result;
+    }
+    failures.push_back(absl::StrCat(a.target(), ": ", Describe(out.failure)));
+  }
+  result.error = absl::StrCat("every target failed (failoverd unreachable): ", absl::StrJoin(failures, "; "));
+  return result;
+}
+
+}  // namespace failover::client

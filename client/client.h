@@ -1,0 +1,87 @@
+// The C++ client library: a decision loop that picks, attempts, reports and
+// follows the verdict, and keeps serving when failoverd cannot be reached.
+//
+// Fail-static: if PickTarget fails because failoverd is unreachable, the loop
+// uses the last plan it saw for the chain (or the declared order given with
+// SetDeclaredOrder) and tries those targets in order; if a report cannot be
+// sent mid-loop, it carries on down the plan the same way. Reports that could
+// not be sent are buffered (bounded, oldest dropped) and sent with the next
+// call that reaches failoverd. failoverd being down never takes the caller down.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/connection.h"
+#include "failover/v1/decision.grpc.pb.h"
+
+namespace failover::client {
+
+namespace v1 = ::failover::v1;
+
+// What one attempt against a target produced.
+struct AttemptOutcome {
+  bool ok = false;
+  v1::Failure failure;  // the facts, when !ok
+  absl::Duration latency = absl::ZeroDuration();
+};
+
+struct AttemptRecord {
+  std::string target;
+  uint32_t number = 0;
+  bool ok = false;
+  v1::Verdict verdict = v1::VERDICT_UNSPECIFIED;  // unspecified when failoverd was not reached
+};
+
+struct LoopResult {
+  bool ok = false;
+  std::string served_by;
+  std::string error;  // why the request failed (failoverd's FAIL message, or every failure when static)
+  std::vector<AttemptRecord> attempts;
+  bool fail_static = false;  // some or all of the loop ran without failoverd
+};
+
+struct ClientOptions {
+  ConnectionOptions connection;  // deadline and token for each call
+  size_t max_buffered_reports = 1000;
+  size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
+  // How to wait for RETRY_SAME; tests inject their own.
+  std::function<void(absl::Duration)> sleep;
+};
+
+class Client {
+ public:
+  explicit Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options = {});
+
+  // The order to use for `chain` when failoverd is unreachable and no plan was seen yet.
+  void SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts);
+
+  // Serves one request on `chain`: `attempt` performs one call to the target.
+  LoopResult Run(const std::string& chain, const std::function<AttemptOutcome(const v1::Attempt&)>& attempt,
+                 uint64_t body_bytes = 0);
+
+  size_t buffered_reports() const;
+  // Sends buffered reports; returns how many were delivered.
+  size_t Flush();
+
+ private:
+  bool Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp);
+  void Buffer(v1::ReportOutcomeRequest req);
+  LoopResult RunStatic(const std::string& chain, const std::string& decision_id,
+                       const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
+                       const std::function<AttemptOutcome(const v1::Attempt&)>& attempt, LoopResult result);
+
+  std::shared_ptr<v1::DecisionService::StubInterface> stub_;
+  ClientOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::vector<v1::Attempt>> last_plan_;  // guarded by mu_
+  std::deque<v1::ReportOutcomeRequest> buffered_;               // guarded by mu_
+};
+
+}  // namespace failover::client

@@ -1,0 +1,150 @@
+// The real failoverctl against a real failoverd.
+#include <signal.h>
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "failover/v1/admin.pb.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "tests/support/api_test.h"
+
+namespace failover::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class FailoverctlTest : public ApiTest {
+ protected:
+  void SetUp() override {
+    StartServer();
+    std::ofstream(config_.path() + "/chains.yaml")
+        << "targets:\n  - name: argus-llm\n    upstream_model: gemma-3-12b\n  - name: gemma-local\n    kind: local\n"
+           "    warm: true\nchains:\n  - name: assistant-llm\n    targets: [argus-llm, gemma-local]\n";
+  }
+  CommandResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {FailoverctlBinary(), "--server", proc_->address()});
+    return RunCommand(args);
+  }
+  TempDir config_;
+};
+
+TEST_F(FailoverctlTest, ApplyShowsTheDiffAndDryRunSavesNothing) {
+  CommandResult dry = Ctl({"apply", "-f", config_.path(), "--dry-run"});
+  ASSERT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("chain assistant-llm: created"));
+  EXPECT_THAT(dry.out, HasSubstr("dry run: nothing was saved"));
+  EXPECT_EQ(Ctl({"get", "chains"}).out, "CHAIN  STATE  ACTIVE  LAST SWITCH  TARGETS\n");
+  CommandResult applied = Ctl({"apply", "-f", config_.path()});
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_THAT(applied.out, HasSubstr("target argus-llm: created"));
+  EXPECT_THAT(applied.out, HasSubstr("generation 1"));
+  std::ofstream(config_.path() + "/chains.yaml", std::ios::app) << "    strategy: round_robin\n";
+  CommandResult changed = Ctl({"apply", "-f", config_.path(), "--dry-run"});
+  EXPECT_THAT(changed.out, HasSubstr("chain assistant-llm: updated (strategy)"));
+  EXPECT_THAT(changed.out, HasSubstr("target argus-llm: unchanged"));
+}
+
+TEST_F(FailoverctlTest, GetInEveryOutputForm) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  CommandResult table = Ctl({"get", "chains"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("assistant-llm  primary  argus-llm"));
+  for (const auto& line : absl::StrSplit(table.out, '\n')) EXPECT_LE(absl::string_view(line).size(), 80u) << line;
+  CommandResult json = Ctl({"-o", "json", "get", "chains"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  v1::ListChainsResponse parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  ASSERT_EQ(parsed.chains_size(), 1);
+  EXPECT_EQ(parsed.chains(0).status().active_target(), "argus-llm");
+  CommandResult yaml = Ctl({"-o", "yaml", "get", "target", "gemma-local"});
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
+  EXPECT_THAT(yaml.out, HasSubstr("  name: gemma-local\n"));
+  EXPECT_THAT(yaml.out, HasSubstr("  kind: TARGET_KIND_LOCAL\n"));
+  CommandResult targets = Ctl({"get", "targets"});
+  EXPECT_THAT(targets.out, HasSubstr("TARGET       HEALTH   LAST PROBE  LAST ERROR"));
+}
+
+TEST_F(FailoverctlTest, PinTriggerStatusAndEvents) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  CommandResult pin = Ctl({"pin", "assistant-llm", "gemma-local"});
+  ASSERT_EQ(pin.exit_code, 0) << pin.err;
+  EXPECT_THAT(pin.out, HasSubstr("pinned"));
+  ASSERT_EQ(Ctl({"unpin", "assistant-llm"}).exit_code, 0);
+  CommandResult trigger = Ctl({"failover", "trigger", "argus-llm", "--reason", "provider maintenance"});
+  ASSERT_EQ(trigger.exit_code, 0) << trigger.err;
+  EXPECT_THAT(trigger.out, HasSubstr("argus-llm  manual"));
+  CommandResult status = Ctl({"status"});
+  ASSERT_EQ(status.exit_code, 0);
+  EXPECT_THAT(status.out, HasSubstr("assistant-llm  fallback  gemma-local"));
+  EXPECT_THAT(status.out, HasSubstr("argus-llm    manual"));
+  CommandResult events = Ctl({"events", "--chain", "assistant-llm"});
+  EXPECT_THAT(events.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local (manual: argus-llm manual: provider maintenance)"));
+  ASSERT_EQ(Ctl({"failover", "cancel", "argus-llm"}).exit_code, 0);
+  EXPECT_THAT(Ctl({"status"}).out, HasSubstr("assistant-llm  primary  argus-llm"));
+}
+
+TEST_F(FailoverctlTest, WatchReceivesASwitch) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  const std::string after = std::to_string(Events().back().sequence());
+  CommandResult watched;
+  // Replay from a known sequence, so the switch arrives whether it happens
+  // before or after the stream opens.
+  std::thread watcher([&] {
+    watched = Ctl({"watch", "--chain", "assistant-llm", "--after", after, "--max-events", "2"});
+  });
+  CommandResult report = Ctl({"report", "--chain", "assistant-llm", "--target", "argus-llm", "--http-status", "500",
+                              "--message", "boom"});
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("verdict try_next"));
+  watcher.join();
+  EXPECT_EQ(watched.exit_code, 0) << watched.err;
+  EXPECT_THAT(watched.out, HasSubstr("target argus-llm: unknown -> down"));
+  EXPECT_THAT(watched.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local (trip"));
+  CommandResult json = Ctl({"-o", "json", "watch", "--after", after, "--max-events", "1"});
+  EXPECT_THAT(json.out, HasSubstr("\"target_state\""));
+}
+
+TEST_F(FailoverctlTest, PickAndReportForDebugging) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  CommandResult pick = Ctl({"pick", "assistant-llm"});
+  ASSERT_EQ(pick.exit_code, 0) << pick.err;
+  EXPECT_THAT(pick.out, HasSubstr("1  argus-llm    gemma-3-12b"));
+  const std::string decision = pick.out.substr(9, pick.out.find('\n') - 9);
+  CommandResult report = Ctl({"report", "--decision", decision, "--target", "argus-llm", "--success"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("verdict done"));
+}
+
+TEST_F(FailoverctlTest, ExitCodes) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  EXPECT_EQ(Ctl({"get", "chains"}).exit_code, 0);
+  CommandResult refused = Ctl({"pin", "assistant-llm", "nope"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("\"nope\" is not a target of chain \"assistant-llm\""));
+  CommandResult missing = Ctl({"get", "chain", "ghost"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("chain \"ghost\" not found"));
+  EXPECT_EQ(Ctl({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"get"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"report", "--target", "argus-llm"}).exit_code, 2);
+  std::ofstream(config_.path() + "/bad.yaml") << "targets:\n  - name: x\n    weight: heavy\n";
+  CommandResult bad = Ctl({"apply", "-f", config_.path()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("bad.yaml:3: targets[0].weight"));
+  CommandResult help = Ctl({"watch", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("Examples:"));
+  const std::string addr = proc_->address();
+  ASSERT_NE(proc_->Stop(SIGTERM), -1);
+  CommandResult down = RunCommand({FailoverctlBinary(), "--server", addr, "--timeout", "1", "status"});
+  EXPECT_EQ(down.exit_code, 3);
+  CommandResult env = RunCommand({FailoverctlBinary(), "--timeout", "1", "status"}, {"FAILOVERD_ADDR=" + addr});
+  EXPECT_EQ(env.exit_code, 3);
+  EXPECT_THAT(env.err, HasSubstr(addr.substr(addr.find(':') + 1)));
+}
+
+}  // namespace
+}  // namespace failover::testing

@@ -73,6 +73,15 @@ bool Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeRespon
   return stub_->ReportOutcome(&ctx, req, resp).ok();
 }
 
+void Client::Promote(const std::string& chain, const std::string& target) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = last_plan_.find(chain);
+  if (it == last_plan_.end()) return;
+  auto& order = it->second;
+  auto pos = std::find_if(order.begin(), order.end(), [&](const v1::Attempt& a) { return a.target() == target; });
+  if (pos != order.end()) std::rotate(order.begin(), pos, pos + 1);
+}
+
 size_t Client::Flush() {
   size_t delivered = 0;
   for (;;) {
@@ -144,6 +153,7 @@ LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutc
         result.ok = true;
         result.served_by = current.target();
         result.fail_static = true;
+        Promote(chain, current.target());
         return result;
       }
       return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
@@ -154,6 +164,7 @@ LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutc
       case v1::VERDICT_DONE:
         result.ok = out.ok;
         result.served_by = current.target();
+        Promote(chain, current.target());
         return result;
       case v1::VERDICT_RETRY_SAME:
         options_.sleep(FromProto(verdict.retry_delay()));
@@ -185,6 +196,7 @@ LoopResult Client::RunStatic(const std::string& chain, const std::string& decisi
     if (out.ok) {
       result.ok = true;
       result.served_by = a.target();
+      Promote(chain, a.target());
       return result;
     }
     failures.push_back(absl::StrCat(a.target(), ": ", Describe(out.failure)));

@@ -3,7 +3,8 @@
 //
 // Fail-static: if PickTarget fails because failoverd is unreachable, the loop
 // uses the last plan it saw for the chain (or the declared order given with
-// SetDeclaredOrder) and tries those targets in order; if a report cannot be
+// SetDeclaredOrder), with the target that last served the chain first, and
+// tries those targets in order; if a report cannot be
 // sent mid-loop, it carries on down the plan the same way. Reports that could
 // not be sent are buffered (bounded, oldest dropped) and sent with the next
 // call that reaches failoverd. failoverd being down never takes the caller down.
@@ -73,6 +74,9 @@ class Client {
  private:
   bool Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp);
   void Buffer(v1::ReportOutcomeRequest req);
+  // Moves `target` to the front of the cached order: the next fail-static run
+  // starts where the last request was served, as failoverd's active target would.
+  void Promote(const std::string& chain, const std::string& target);
   LoopResult RunStatic(const std::string& chain, const std::string& decision_id,
                        const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
                        const std::function<AttemptOutcome(const v1::Attempt&)>& attempt, LoopResult result);

@@ -24,6 +24,18 @@ inline google::protobuf::Duration Millis(int64_t ms) {
   return d;
 }
 
+// Polls `check` until it holds or 10 s pass: tests wait on a condition with a
+// deadline, never on a fixed sleep.
+template <typename F>
+bool Eventually(F check) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (check()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return check();
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   // Starts (or restarts) failoverd on this test's data dir.
@@ -117,16 +129,6 @@ class ApiTest : public ::testing::Test {
     return view;
   }
 
-  // Polls `check` until it holds or 10 s pass.
-  template <typename F>
-  static bool Eventually(F check) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (check()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return check();
-  }
 
   pid_t proc_pid() const { return proc_->pid(); }
 

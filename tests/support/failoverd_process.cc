@@ -80,7 +80,7 @@ bool FailoverdProcess::Start(std::string* error, double timeout_s) {
   const std::string err_file = scratch_.path() + "/stderr";
   std::error_code ec;
   std::filesystem::remove(port_file, ec);
-  std::vector<std::string> args = {FailoverdBinary(), "--listen", "127.0.0.1:0",
+  std::vector<std::string> args = {FailoverdBinary(), "--listen", options_.listen,
                                    "--data-dir", options_.data_dir, "--port-file", port_file};
   if (std::find(options_.extra_args.begin(), options_.extra_args.end(), "--metrics-listen") ==
       options_.extra_args.end()) {
@@ -162,6 +162,18 @@ std::string HttpGet(int port, const std::string& path) {
   }
   close(fd);
   return out;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 std::string FailoverdProcess::Stderr() const { return ReadFile(scratch_.path() + "/stderr"); }

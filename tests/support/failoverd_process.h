@@ -29,6 +29,7 @@ class FailoverdProcess {
   struct Options {
     std::string data_dir;  // required
     std::vector<std::string> extra_args;
+    std::string listen = "127.0.0.1:0";
   };
   explicit FailoverdProcess(Options options);
   ~FailoverdProcess();  // SIGKILLs a process still running
@@ -57,6 +58,10 @@ class FailoverdProcess {
   pid_t pid_ = -1;
   int port_ = 0;
 };
+
+// A loopback port that was free a moment ago (for a server that must come
+// back on the same address after a restart).
+int FreePort();
 
 // The path of a binary built next to the tests (from compile definitions).
 std::string FailoverdBinary();

@@ -1,0 +1,50 @@
+"""The failoverd decision loop and a watcher, in Python.
+
+Stubs come from proto/ (see gen_stubs.sh); run with Debian's /usr/bin/python3,
+which has python3-grpcio and python3-protobuf.
+"""
+import time
+
+from failover.v1 import decision_pb2
+
+
+class UpstreamError(Exception):
+    pass
+
+
+def run_request(decide, chain, call_upstream, body_bytes=0):
+    """Picks, attempts, reports and follows the verdict until DONE or FAIL.
+
+    call_upstream(attempt) returns (True, result) on success, or
+    (False, http_status, message) on failure. Returns (target, result).
+    """
+    plan = decide.PickTarget(decision_pb2.PickTargetRequest(chain=chain, body_bytes=body_bytes))
+    attempt, number = plan.attempts[0], 1
+    while True:
+        outcome = call_upstream(attempt)
+        report = decision_pb2.ReportOutcomeRequest(decision_id=plan.decision_id, chain=chain,
+                                                   target=attempt.target, attempt=number)
+        if outcome[0]:
+            report.success.SetInParent()
+        else:
+            report.failure.http_status = outcome[1]
+            report.failure.message = outcome[2]
+            report.failure.phase = decision_pb2.PHASE_BEFORE_RESPONSE
+        verdict = decide.ReportOutcome(report)
+        if verdict.verdict == decision_pb2.VERDICT_DONE:
+            return attempt.target, outcome[1]
+        if verdict.verdict == decision_pb2.VERDICT_FAIL:
+            raise UpstreamError(verdict.error)
+        if verdict.verdict == decision_pb2.VERDICT_RETRY_SAME:
+            time.sleep(verdict.retry_delay.ToTimedelta().total_seconds())
+        else:
+            attempt = verdict.next_attempt
+        number += 1
+
+
+def watch(decide, chains=(), after_sequence=None):
+    """Yields events; pass the last sequence seen to resume after a drop."""
+    request = decision_pb2.WatchEventsRequest(chains=list(chains))
+    if after_sequence is not None:
+        request.after_sequence = after_sequence
+    yield from decide.WatchEvents(request)

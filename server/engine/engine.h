@@ -42,6 +42,8 @@ struct EngineOptions {
   size_t max_decision_records = 200000;
   // +- fraction applied to probe cooldowns.
   double probe_jitter = 0.1;
+  // Added to a probe's timeout before its lease expires and is offered again.
+  absl::Duration lease_grace = absl::Seconds(5);
   // Cap on any rate-limit hold (DESIGN 3.2).
   absl::Duration max_rate_limit_hold = absl::Seconds(60);
   // Distinguishes this process's decision ids from an earlier one's. 0 = random.
@@ -62,6 +64,12 @@ struct alignas(64) TargetRuntime {
   std::atomic<int64_t> last_activity_ns{INT64_MIN};
 
   std::mutex mu;
+  // The outstanding probe lease, if any (one per target across all probers).
+  std::string lease_id;
+  absl::Time lease_expires = absl::InfinitePast();
+  bool lease_recovery = false;
+  uint64_t lease_generation = 0;
+  bool probe_now = false;
   TargetHealth health;
   bool manual = false;
   std::string manual_reason;
@@ -99,6 +107,9 @@ struct ChainRuntime {
 
 struct TargetEntry {
   TargetConfig config;
+  // The config generation in which this target's config last changed; probe
+  // results from before it are stale.
+  uint64_t config_generation = 0;
   HealthSettings health;
   std::vector<uint32_t> chains;  // indices into Snapshot::chains, in name order
   uint64_t seed = 0;             // per-target jitter seed
@@ -192,6 +203,37 @@ struct ReportResult {
   std::string active_target;
   bool decision_known = false;
   std::shared_ptr<const Snapshot> snapshot;  // keeps `next` valid
+};
+
+enum class ProbeKind : uint8_t { kLiveness, kRecovery };
+enum class ProbeOutcome : uint8_t { kPass, kFail, kThrottled, kNotLoaded };
+
+struct ProbeResult {
+  std::string lease_id;
+  ProbeOutcome outcome = ProbeOutcome::kPass;
+  OutcomeFacts facts;  // for kFail
+};
+
+struct ProbeRequest {
+  std::string prober_id;
+  uint32_t max_tasks = 16;
+  std::vector<ProbeResult> results;
+};
+
+struct ProbeTask {
+  std::string lease_id;
+  const TargetEntry* target = nullptr;
+  ProbeKind kind = ProbeKind::kLiveness;
+  absl::Duration timeout;
+  uint64_t generation = 0;
+};
+
+struct ProbeResponse {
+  std::vector<ProbeTask> tasks;
+  absl::Duration next_call_after;
+  uint32_t accepted = 0;
+  uint32_t ignored = 0;
+  std::shared_ptr<const Snapshot> snapshot;  // keeps `tasks` valid
 };
 
 struct TargetStatus {
@@ -352,6 +394,15 @@ class Engine {
   // back up after their dwell, expired decisions. Call about once a second.
   void Tick(absl::Time now, Events* events);
 
+  // --- health checks (DESIGN 3.6) ---
+  // Takes the results of earlier tasks and hands out the tasks due now.
+  [[nodiscard]] absl::Status Probe(const ProbeRequest& request, absl::Time now, ProbeResponse* response,
+                                   Events* events);
+  // Makes checks due at once for one target (or every checkable target when
+  // empty); returns the targets made due.
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> ProbeNow(absl::string_view target);
+  size_t OutstandingLeases(absl::Time now) const;
+
   // --- views ---
   uint64_t generation() const;
   std::shared_ptr<const Snapshot> snapshot() const;
@@ -389,6 +440,10 @@ class Engine {
   // Publishes the target's effective state; emits target.state when it changed.
   void PublishLocked(const TargetEntry& target, HealthState before, Source source, const std::string& reason,
                      absl::Time now, Events* events);
+  // When `t`'s next check falls due (InfiniteFuture = never); lock held.
+  absl::Time ProbeDueLocked(const TargetEntry& t, absl::Time now) const;
+  void ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now, ProbeResponse* response,
+                        Events* events);
   // Brings back targets without health checks whose dwell passed.
   void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
 
@@ -410,6 +465,7 @@ class Engine {
   const EngineOptions options_;
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};
+  std::atomic<uint64_t> lease_seq_{0};
   std::unique_ptr<DecisionStore> decisions_;
 
   std::mutex admin_mu_;  // serializes config changes and admin actions

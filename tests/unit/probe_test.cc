@@ -1,0 +1,242 @@
+// Probe scheduling and leases (DESIGN 3.6) on a hand-driven clock.
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+
+namespace failover {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+class ProbeTest : public ::testing::Test {
+ protected:
+  ProbeTest() : engine_(Options()) {}
+  static EngineOptions Options() {
+    EngineOptions o;
+    o.probe_jitter = 0;
+    o.lease_grace = absl::Seconds(5);
+    return o;
+  }
+  void SetUp() override {
+    Policy p;
+    p.probe_interval = absl::Seconds(15);
+    p.probe_timeout = absl::Seconds(5);
+    p.recovery_probes = 2;
+    p.backoff_factor = 2;
+    ConfigChange c;
+    TargetConfig remote;
+    remote.name = "remote";
+    TargetConfig warm;
+    warm.name = "warm-local";
+    warm.kind = TargetKind::kLocal;
+    warm.warm = true;
+    TargetConfig cold;
+    cold.name = "cold-local";
+    cold.kind = TargetKind::kLocal;
+    c.targets = {remote, warm, cold};
+    ChainConfig chain;
+    chain.name = "ch";
+    chain.targets = {"remote", "warm-local", "cold-local"};
+    chain.policy = p;
+    c.chains = {chain};
+    ASSERT_TRUE(engine_.Apply(c, ApplyOptions{}, now_).ok());
+  }
+
+  ProbeResponse Call(std::vector<ProbeResult> results = {}, uint32_t max_tasks = 16) {
+    ProbeRequest req;
+    req.prober_id = "p";
+    req.max_tasks = max_tasks;
+    req.results = std::move(results);
+    ProbeResponse resp;
+    Events events;
+    EXPECT_TRUE(engine_.Probe(req, now_, &resp, &events).ok());
+    events_.insert(events_.end(), events.begin(), events.end());
+    return resp;
+  }
+  static std::map<std::string, ProbeTask> ByTarget(const ProbeResponse& r) {
+    std::map<std::string, ProbeTask> out;
+    for (const auto& t : r.tasks) out[t.target->config.name] = t;
+    return out;
+  }
+  static ProbeResult Result(const ProbeTask& t, ProbeOutcome o, uint32_t status = 0) {
+    ProbeResult r;
+    r.lease_id = t.lease_id;
+    r.outcome = o;
+    r.facts.http_status = status;
+    return r;
+  }
+  HealthState Health(const std::string& t) { return engine_.GetTarget(t)->status.health; }
+  ProbeTask TaskFor(const std::string& target) {
+    auto tasks = ByTarget(Call());
+    EXPECT_TRUE(tasks.count(target)) << "no task for " << target;
+    return tasks[target];
+  }
+
+  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
+  Engine engine_;
+  Events events_;
+};
+
+TEST_F(ProbeTest, UnjudgedTargetsWithAHealthCheckAreProbedAndAColdLocalOneNever) {
+  auto tasks = ByTarget(Call());
+  EXPECT_EQ(tasks.size(), 2u);
+  EXPECT_TRUE(tasks.count("remote"));
+  EXPECT_TRUE(tasks.count("warm-local"));
+  EXPECT_EQ(tasks["remote"].kind, ProbeKind::kLiveness);
+  EXPECT_EQ(tasks["remote"].timeout, absl::Seconds(5));
+}
+
+TEST_F(ProbeTest, OneLeasePerTargetAcrossProbersUntilItExpires) {
+  ProbeTask first = TaskFor("remote");
+  EXPECT_THAT(Call().tasks, IsEmpty());  // another prober: nothing, leases are out
+  now_ += absl::Seconds(10);             // timeout 5s + grace 5s: just not yet expired
+  EXPECT_THAT(Call().tasks, IsEmpty());
+  now_ += absl::Milliseconds(1);
+  ProbeTask again = TaskFor("remote");  // expired: offered again under a new lease
+  EXPECT_NE(again.lease_id, first.lease_id);
+  // The late result of the expired lease is ignored and counted.
+  ProbeResponse late = Call({Result(first, ProbeOutcome::kFail, 500)});
+  EXPECT_EQ(late.ignored, 1u);
+  EXPECT_NE(Health("remote"), HealthState::kDown);
+}
+
+TEST_F(ProbeTest, UnknownLeasesAndStaleGenerationsAreIgnored) {
+  ProbeResult bogus;
+  bogus.lease_id = "999:nope";
+  ProbeResponse first = Call({bogus});
+  EXPECT_EQ(first.ignored, 1u);
+  ProbeTask task = ByTarget(first)["remote"];
+  // The target's config changes while the probe runs: its result is stale.
+  TargetConfig edited;
+  edited.name = "remote";
+  edited.labels["base_url"] = "http://elsewhere/v1";
+  ASSERT_TRUE(engine_.Apply(ConfigChange{{edited}, {}}, ApplyOptions{}, now_).ok());
+  ProbeResponse r = Call({Result(task, ProbeOutcome::kFail, 500)});
+  EXPECT_EQ(r.ignored, 1u);
+  EXPECT_EQ(r.accepted, 0u);
+  EXPECT_NE(Health("remote"), HealthState::kDown);
+}
+
+TEST_F(ProbeTest, AnUnrelatedConfigChangeDoesNotVoidAProbe) {
+  ProbeTask task = TaskFor("remote");
+  TargetConfig other;
+  other.name = "other";
+  ASSERT_TRUE(engine_.Apply(ConfigChange{{other}, {}}, ApplyOptions{}, now_).ok());
+  EXPECT_EQ(Call({Result(task, ProbeOutcome::kPass)}).accepted, 1u);
+  EXPECT_EQ(Health("remote"), HealthState::kHealthy);
+}
+
+TEST_F(ProbeTest, ThrottledChangesNothing) {
+  ProbeTask task = TaskFor("remote");
+  ProbeResponse r = Call({Result(task, ProbeOutcome::kThrottled, 429)});
+  EXPECT_EQ(r.accepted, 1u);
+  EXPECT_EQ(Health("remote"), HealthState::kUnknown);
+}
+
+TEST_F(ProbeTest, NotLoadedIsALivenessPassForAWarmLocalTarget) {
+  ProbeTask task = TaskFor("warm-local");
+  Call({Result(task, ProbeOutcome::kNotLoaded)});
+  EXPECT_EQ(Health("warm-local"), HealthState::kHealthy);
+}
+
+TEST_F(ProbeTest, AHealthyTargetIsProbedOnlyAfterAQuietInterval) {
+  Call({Result(TaskFor("remote"), ProbeOutcome::kPass)});
+  now_ += absl::Seconds(14);
+  EXPECT_FALSE(ByTarget(Call()).count("remote"));
+  // Traffic counts as a check: a busy target is not probed.
+  ReportRequest report;
+  report.chain = "ch";
+  report.target = "remote";
+  report.facts.success = true;
+  ReportResult rr;
+  Events ev;
+  ASSERT_TRUE(engine_.Report(report, now_, &rr, &ev).ok());
+  now_ += absl::Seconds(14);
+  EXPECT_FALSE(ByTarget(Call()).count("remote"));
+  now_ += absl::Seconds(1);
+  EXPECT_TRUE(ByTarget(Call()).count("remote"));
+}
+
+TEST_F(ProbeTest, ADownTargetGetsLivenessAfterItsCooldownThenRecoveryProbes) {
+  ProbeTask t1 = TaskFor("remote");
+  Call({Result(t1, ProbeOutcome::kFail, 503)});
+  ASSERT_EQ(Health("remote"), HealthState::kDown);
+  auto down_event = std::find_if(events_.begin(), events_.end(), [](const Event& e) {
+    return e.kind == EventKind::kTargetState && e.target == "remote" && e.to_health == HealthState::kDown;
+  });
+  ASSERT_NE(down_event, events_.end());
+  EXPECT_EQ(down_event->source, Source::kProbe);
+  // Cooldown 15s (first trip).
+  now_ += absl::Seconds(14);
+  EXPECT_FALSE(ByTarget(Call()).count("remote"));
+  now_ += absl::Seconds(1);
+  ProbeTask t2 = TaskFor("remote");
+  EXPECT_EQ(t2.kind, ProbeKind::kLiveness);
+  // Still failing: the cooldown doubles (factor 2): 30s.
+  Call({Result(t2, ProbeOutcome::kFail, 503)});
+  now_ += absl::Seconds(29);
+  EXPECT_FALSE(ByTarget(Call()).count("remote"));
+  now_ += absl::Seconds(1);
+  ProbeTask t3 = TaskFor("remote");
+  Call({Result(t3, ProbeOutcome::kPass)});
+  EXPECT_EQ(Health("remote"), HealthState::kRecovering);
+  now_ += absl::Seconds(15);
+  ProbeTask r1 = TaskFor("remote");
+  EXPECT_EQ(r1.kind, ProbeKind::kRecovery);
+  Call({Result(r1, ProbeOutcome::kPass)});
+  now_ += absl::Seconds(15);
+  ProbeTask r2 = TaskFor("remote");
+  Call({Result(r2, ProbeOutcome::kPass)});
+  EXPECT_EQ(Health("remote"), HealthState::kHealthy);  // recovery.probes = 2
+}
+
+TEST_F(ProbeTest, BackoffResetsAfterAQuietPeriod) {
+  Call({Result(TaskFor("remote"), ProbeOutcome::kFail, 503)});
+  now_ += absl::Seconds(15);
+  Call({Result(TaskFor("remote"), ProbeOutcome::kFail, 503)});  // n = 2: 30s
+  now_ += absl::Seconds(30);
+  ProbeTask p = TaskFor("remote");
+  Call({Result(p, ProbeOutcome::kPass)});
+  now_ += absl::Seconds(15);
+  Call({Result(TaskFor("remote"), ProbeOutcome::kPass)});
+  now_ += absl::Seconds(15);
+  Call({Result(TaskFor("remote"), ProbeOutcome::kPass)});
+  ASSERT_EQ(Health("remote"), HealthState::kHealthy);
+  now_ += absl::Minutes(11);  // longer than reset_after (10m) since the last failure
+  Call({Result(TaskFor("remote"), ProbeOutcome::kFail, 503)});
+  ASSERT_EQ(Health("remote"), HealthState::kDown);
+  now_ += absl::Seconds(15);  // back to the first step, not 60s
+  EXPECT_TRUE(ByTarget(Call()).count("remote"));
+}
+
+TEST_F(ProbeTest, ProbeNowMakesChecksDueAtOnce) {
+  Call({Result(TaskFor("remote"), ProbeOutcome::kPass)});
+  EXPECT_FALSE(ByTarget(Call()).count("remote"));
+  auto due = engine_.ProbeNow("remote");
+  ASSERT_TRUE(due.ok());
+  EXPECT_THAT(*due, ElementsAre("remote"));
+  EXPECT_TRUE(ByTarget(Call()).count("remote"));
+  EXPECT_EQ(engine_.ProbeNow("cold-local").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine_.ProbeNow("nope").status().code(), absl::StatusCode::kNotFound);
+  auto all = engine_.ProbeNow("");
+  ASSERT_TRUE(all.ok());
+  EXPECT_THAT(*all, ElementsAre("remote", "warm-local"));
+}
+
+TEST_F(ProbeTest, MaxTasksAndNextCall) {
+  ProbeResponse r = Call({}, 1);
+  EXPECT_EQ(r.tasks.size(), 1u);
+  EXPECT_EQ(r.next_call_after, absl::ZeroDuration());  // more are due now
+  ProbeResponse rest = Call({Result(r.tasks[0], ProbeOutcome::kPass)});
+  ASSERT_EQ(rest.tasks.size(), 1u);
+  ProbeResponse none = Call({Result(rest.tasks[0], ProbeOutcome::kPass)});
+  EXPECT_TRUE(none.tasks.empty());
+  EXPECT_EQ(none.next_call_after, absl::Seconds(15));
+  EXPECT_EQ(engine_.OutstandingLeases(now_), 0u);
+}
+
+}  // namespace
+}  // namespace failover

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "client/connection.h"
 #include "client/format.h"
+#include "client/probe_agent.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -475,6 +476,17 @@ int main(int argc, char** argv) {
   report->add_option("--retry-after", rf.retry_after, "Seconds from Retry-After");
   report->add_option("--phase", rf.phase, "before_response, after_first_byte or after_side_effect")->capture_default_str();
 
+  failover::client::ProbeAgentOptions agent;
+  CLI::App* probe_agent =
+      app.add_subcommand("probe-agent", "Run health checks for OpenAI-compatible upstreams until interrupted")
+          ->footer("Uses each target's labels: base_url (required), api_key_env (name of an env variable holding the\n"
+                   "API key), header.NAME (extra headers). Several agents may run at once.\n"
+                   "Example:\n  OPENAI_KEY=... failoverctl probe-agent --id agent-1");
+  probe_agent->add_option("--id", agent.id, "Prober id, shown in failoverd's logs")->capture_default_str();
+  probe_agent->add_option("--max-tasks", agent.max_tasks, "Checks run at once")->capture_default_str();
+  probe_agent->add_option("--max-wait", agent.max_wait_seconds, "Longest pause between Probe calls, seconds")
+      ->capture_default_str();
+
   CLI::App* health = app.add_subcommand("health", "Check that failoverd is serving (gRPC health)");
 
   try {
@@ -491,6 +503,7 @@ int main(int argc, char** argv) {
   ctl.decide = v1::DecisionService::NewStub(ctl.channel);
 
   if (*apply) return Apply(ctl, path, dry_run);
+  if (*probe_agent) return failover::client::RunProbeAgent(ctl.decide.get(), ctl.conn, agent);
   if (*get) return Get(ctl, what, name);
   if (*status) return Status(ctl, status_watch);
   if (*events) return Events(ctl, limit, chains, targets);

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
-#include "server/api/unimplemented.h"
 #include "server/engine/status_macros.h"
 #include "server/engine/validate.h"
 
@@ -95,8 +94,14 @@ grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerCon
   return FinishUnary(ctx, [&] { return DoSetTargetEnabled(*request, response); });
 }
 
-grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const ProbeNowRequest*, ProbeNowResponse*) {
-  return FinishUnimplemented(ctx, "ProbeNow");
+grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const ProbeNowRequest* request,
+    ProbeNowResponse* response) {
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    if (!request->target().empty()) RETURN_IF_ERROR(ValidateName(request->target(), "target"));
+    ASSIGN_OR_RETURN(std::vector<std::string> due, ctx_.engine->ProbeNow(request->target()));
+    for (const std::string& t : due) response->add_targets(t);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const ListEventsRequest* request,

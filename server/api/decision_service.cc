@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
-#include "server/api/unimplemented.h"
 #include "server/engine/status_macros.h"
 #include "server/engine/validate.h"
 
@@ -33,9 +32,9 @@ grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerCon
   return FinishUnary(ctx, [&] { return Report(*request, response); });
 }
 
-grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const ProbeRequest*,
-                                                 ProbeResponse*) {
-  return FinishUnimplemented(ctx, "Probe");
+grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const ProbeRequest* request,
+                                                 ProbeResponse* response) {
+  return FinishUnary(ctx, [&] { return DoProbe(*request, response); });
 }
 
 grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext*,
@@ -71,6 +70,62 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   resp->set_config_generation(plan.generation);
   resp->set_active_target(plan.active_target);
   for (const PlannedAttempt& a : plan.attempts) AttemptToProto(a, resp->add_attempts());
+  return absl::OkStatus();
+}
+
+absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* resp) {
+  constexpr uint32_t kMaxTasks = 1024;
+  if (req.max_tasks() > kMaxTasks) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tasks: at most ", kMaxTasks, ", got ", req.max_tasks()));
+  }
+  if (req.prober_id().size() > 256) return absl::InvalidArgumentError("prober_id: at most 256 bytes");
+  failover::ProbeRequest probe;
+  probe.prober_id = req.prober_id();
+  probe.max_tasks = req.max_tasks();
+  for (int i = 0; i < req.results_size(); ++i) {
+    const auto& r = req.results(i);
+    const std::string path = absl::StrCat("results[", i, "]");
+    failover::ProbeResult result;
+    result.lease_id = r.lease_id();
+    switch (r.outcome()) {
+      case failover::v1::PROBE_OUTCOME_PASS: result.outcome = ProbeOutcome::kPass; break;
+      case failover::v1::PROBE_OUTCOME_THROTTLED: result.outcome = ProbeOutcome::kThrottled; break;
+      case failover::v1::PROBE_OUTCOME_NOT_LOADED: result.outcome = ProbeOutcome::kNotLoaded; break;
+      case failover::v1::PROBE_OUTCOME_FAIL: {
+        result.outcome = ProbeOutcome::kFail;
+        ASSIGN_OR_RETURN(result.facts, FailureFromProto(r.failure(), path + ".failure"));
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".outcome: set PASS, FAIL, THROTTLED or NOT_LOADED, got ", r.outcome()));
+    }
+    probe.results.push_back(std::move(result));
+  }
+  failover::ProbeResponse out;
+  Events events;
+  const absl::Time now = ctx_.clock->Now();
+  const absl::Status status = ctx_.engine->Probe(probe, now, &out, &events);
+  ctx_.events->Publish(std::move(events));
+  RETURN_IF_ERROR(status);
+  for (const ProbeTask& t : out.tasks) {
+    failover::v1::ProbeTask* task = resp->add_tasks();
+    const TargetConfig& target = t.target->config;
+    task->set_lease_id(t.lease_id);
+    task->set_target(target.name);
+    task->set_upstream_model(target.UpstreamModel());
+    task->mutable_labels()->insert(target.labels.begin(), target.labels.end());
+    task->set_kind(t.kind == ProbeKind::kRecovery ? failover::v1::PROBE_KIND_RECOVERY : failover::v1::PROBE_KIND_LIVENESS);
+    DurationToProto(t.timeout, task->mutable_timeout());
+    task->set_target_kind(target.kind == TargetKind::kLocal ? failover::v1::TARGET_KIND_LOCAL
+                                                            : failover::v1::TARGET_KIND_REMOTE);
+    task->set_warm(target.warm);
+    task->set_config_generation(t.generation);
+  }
+  DurationToProto(out.next_call_after, resp->mutable_next_call_after());
+  resp->set_results_accepted(out.accepted);
+  resp->set_results_ignored(out.ignored);
+  if (ctx_.metrics != nullptr) ctx_.metrics->SetProbeLeases(ctx_.engine->OutstandingLeases(now));
   return absl::OkStatus();
 }
 

@@ -25,6 +25,7 @@ class DecisionService final : public failover::v1::DecisionService::CallbackServ
 
  private:
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
+  absl::Status DoProbe(const failover::v1::ProbeRequest& req, failover::v1::ProbeResponse* resp);
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp);
 
   ServiceContext ctx_;

@@ -211,3 +211,32 @@ CommandResult RunCommand(const std::vector<std::string>& argv_in, const std::vec
 }
 
 }  // namespace failover::testing
+
+namespace failover::testing {
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in) {
+  std::vector<std::string> args = argv_in;
+  std::vector<char*> argv = CStrings(args);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : env_in) env.push_back(e);
+  std::vector<char*> envp = CStrings(env);
+  const std::string err_file = scratch_.path() + "/stderr";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) pid_ = -1;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string ChildProcess::Stderr() const { return ReadFile(scratch_.path() + "/stderr"); }
+
+}  // namespace failover::testing

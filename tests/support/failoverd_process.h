@@ -67,6 +67,18 @@ int FreePort();
 std::string FailoverdBinary();
 std::string FailoverctlBinary();
 
+// A background child process (for example a probe agent), stopped when destroyed.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+  ~ChildProcess();
+  std::string Stderr() const;
+
+ private:
+  TempDir scratch_;
+  pid_t pid_ = -1;
+};
+
 // A plain HTTP/1.0 GET on loopback; returns the raw response.
 std::string HttpGet(int port, const std::string& path);
 

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -44,6 +46,10 @@ struct Flags {
   double shutdown_grace_seconds = 10;
   size_t events_keep = 10000;
   size_t watch_queue = 1024;
+  std::string tokens_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   double events_max_age_hours = 168;
 };
 
@@ -96,6 +102,41 @@ class Ticker {
   bool stop_ = false;
   std::thread thread_;
 };
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Plaintext, TLS (--tls-cert/--tls-key) or mTLS (plus --tls-client-ca).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags& flags) {
+  if (flags.tls_cert.empty() && flags.tls_key.empty()) {
+    if (!flags.tls_client_ca.empty()) return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+    return grpc::InsecureServerCredentials();
+  }
+  if (flags.tls_cert.empty() || flags.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  auto cert = ReadPem("--tls-cert", flags.tls_cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem("--tls-key", flags.tls_key);
+  if (!key.ok()) return key.status();
+  pair.cert_chain = *cert;
+  pair.private_key = *key;
+  ssl.pem_key_cert_pairs.push_back(pair);
+  if (!flags.tls_client_ca.empty()) {
+    auto ca = ReadPem("--tls-client-ca", flags.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
 
 sigset_t HandledSignals() {
   sigset_t set;
@@ -176,7 +217,22 @@ int Run(const Flags& flags) {
     }
   }
 
-  failover::api::ServiceContext context{&engine, &clock, &event_log, &metrics, clock.Now(), FAILOVERD_VERSION};
+  std::optional<failover::api::Authorizer> auth;
+  if (!flags.tokens_file.empty()) {
+    auto loaded = failover::api::Authorizer::FromFile(flags.tokens_file);
+    if (!loaded.ok()) {
+      log::Error(absl::StrCat("bad --tokens-file: ", loaded.status().message()));
+      return 1;
+    }
+    auth = std::move(loaded).value();
+  }
+  auto credentials = ServerCredentials(flags);
+  if (!credentials.ok()) {
+    log::Error(std::string(credentials.status().message()));
+    return 1;
+  }
+  failover::api::ServiceContext context{&engine,    &clock,      &event_log, &metrics, auth ? &*auth : nullptr,
+                                        clock.Now(), FAILOVERD_VERSION};
   failover::api::WatchOptions watch;
   watch.queue_limit = flags.watch_queue;
   watch.history = [&](uint64_t after, size_t limit, bool* complete) {
@@ -190,7 +246,7 @@ int Run(const Flags& flags) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(flags.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(flags.listen, *credentials, &port);
   builder.RegisterService(&decision_service);
   builder.RegisterService(&admin_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -277,6 +333,11 @@ int main(int argc, char** argv) {
                  "Events queued per WatchEvents stream before a slow watcher is resynced with a snapshot")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--tokens-file", flags.tokens_file,
+                 "File of \"decide <token>\" / \"admin <token>\" lines; when set, calls need a bearer token");
+  app.add_option("--tls-cert", flags.tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");
+  app.add_option("--tls-key", flags.tls_key, "Server private key (PEM)");
+  app.add_option("--tls-client-ca", flags.tls_client_ca, "CA (PEM) that client certificates must chain to (mTLS)");
   app.add_option("--events-max-age", flags.events_max_age_hours, "Hours an event is kept in the data dir")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

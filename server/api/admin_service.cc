@@ -36,67 +36,104 @@ using failover::v1::StatusResponse;
 
 grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const ApplyRequest* request,
     ApplyResponse* response) {
-  return FinishUnary(ctx, [&] { return DoApply(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoApply(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const GetTargetRequest* request,
     failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&] { return DoGetTarget(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoGetTarget(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext* ctx, const ListTargetsRequest* request,
     ListTargetsResponse* response) {
-  return FinishUnary(ctx, [&] { return DoListTargets(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoListTargets(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const DeleteTargetRequest* request,
     DeleteResponse* response) {
-  return FinishUnary(ctx, [&] { return DoDeleteTarget(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoDeleteTarget(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const GetChainRequest* request,
     failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&] { return DoGetChain(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoGetChain(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* ctx, const ListChainsRequest* request,
     ListChainsResponse* response) {
-  return FinishUnary(ctx, [&] { return DoListChains(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoListChains(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const DeleteChainRequest* request,
     DeleteResponse* response) {
-  return FinishUnary(ctx, [&] { return DoDeleteChain(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoDeleteChain(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const PinChainRequest* request,
     failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&] { return DoPinChain(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoPinChain(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const UnpinChainRequest* request,
     failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&] { return DoUnpinChain(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoUnpinChain(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const TriggerFailoverRequest* request,
     failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&] { return DoTriggerFailover(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoTriggerFailover(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const CancelFailoverRequest* request,
     failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&] { return DoCancelFailover(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoCancelFailover(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const SetTargetEnabledRequest* request,
     failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&] { return DoSetTargetEnabled(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoSetTargetEnabled(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const ProbeNowRequest* request,
     ProbeNowResponse* response) {
   return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
     if (!request->target().empty()) RETURN_IF_ERROR(ValidateName(request->target(), "target"));
     ASSIGN_OR_RETURN(std::vector<std::string> due, ctx_.engine->ProbeNow(request->target()));
     for (const std::string& t : due) response->add_targets(t);
@@ -106,12 +143,18 @@ grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const ListEventsRequest* request,
     ListEventsResponse* response) {
-  return FinishUnary(ctx, [&] { return DoListEvents(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoListEvents(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
     StatusResponse* response) {
-  return FinishUnary(ctx, [&] { return DoGetStatus(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
+    return DoGetStatus(*request, response);
+  });
 }
 namespace {
 

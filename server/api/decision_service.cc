@@ -23,24 +23,33 @@ constexpr size_t kMaxSessionKey = 256;
 grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx,
                                                       const PickTargetRequest* request,
                                                       PickTargetResponse* response) {
-  return FinishUnary(ctx, [&] { return Pick(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
+    return Pick(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx,
                                                          const ReportOutcomeRequest* request,
                                                          ReportOutcomeResponse* response) {
-  return FinishUnary(ctx, [&] { return Report(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
+    return Report(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const ProbeRequest* request,
                                                  ProbeResponse* response) {
-  return FinishUnary(ctx, [&] { return DoProbe(*request, response); });
+  return FinishUnary(ctx, [&]() -> absl::Status {
+    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
+    return DoProbe(*request, response);
+  });
 }
 
-grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext* ctx,
                                                                               const WatchEventsRequest* request) {
   WatchStream* stream = nullptr;
-  WatchStream::Start(ctx_, watch_, *request, &stream);
+  WatchStream::Start(ctx_, watch_, *request, ctx_.Authorize(*ctx, Role::kDecide), &stream);
   return stream;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "server/api/auth.h"
 #include "server/api/event_log.h"
 #include "server/api/metrics.h"
 #include "server/engine/clock.h"
@@ -15,9 +16,14 @@ struct ServiceContext {
   Engine* engine = nullptr;
   const Clock* clock = nullptr;
   EventLog* events = nullptr;
-  Metrics* metrics = nullptr;  // optional
+  Metrics* metrics = nullptr;        // optional
+  const Authorizer* auth = nullptr;  // null: every call is allowed
   absl::Time started;
   std::string version;
+
+  absl::Status Authorize(const grpc::ServerContextBase& ctx, Role role) const {
+    return auth == nullptr ? absl::OkStatus() : auth->Check(ctx, role);
+  }
 };
 
 }  // namespace failover::api

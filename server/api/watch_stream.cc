@@ -10,9 +10,14 @@ namespace failover::api {
 namespace v1 = ::failover::v1;
 
 void WatchStream::Start(const ServiceContext& ctx, const WatchOptions& options, const v1::WatchEventsRequest& request,
-                        WatchStream** out) {
+                        const absl::Status& allowed, WatchStream** out) {
   auto* stream = new WatchStream(ctx, options, request);
   *out = stream;
+  if (!allowed.ok()) {
+    absl::MutexLock lock(&stream->mu_);
+    stream->FinishLocked(ToGrpcStatus(allowed));
+    return;
+  }
   stream->Begin(request);
 }
 

@@ -29,8 +29,9 @@ struct WatchOptions {
 class WatchStream final : public grpc::ServerWriteReactor<failover::v1::Event>, public EventLog::Watcher {
  public:
   // Starts the stream; it deletes itself when done.
+  // `allowed` is the caller's authorization; a stream that is not allowed ends at once.
   static void Start(const ServiceContext& ctx, const WatchOptions& options,
-                    const failover::v1::WatchEventsRequest& request, WatchStream** out);
+                    const failover::v1::WatchEventsRequest& request, const absl::Status& allowed, WatchStream** out);
 
   void Deliver(const Events& events) override;
   void Close() override;

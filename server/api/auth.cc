@@ -1,0 +1,59 @@
+#include "server/api/auth.h"
+
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace failover::api {
+namespace {
+
+// Compares without stopping at the first difference.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+}  // namespace
+
+absl::StatusOr<Authorizer> Authorizer::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("tokens file ", path, " cannot be read"));
+  Authorizer auth;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
+    if (parts.empty()) continue;
+    if (parts.size() != 2 || (parts[0] != "decide" && parts[0] != "admin")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", n, ": expected \"decide <token>\" or \"admin <token>\""));
+    }
+    auth.tokens_.push_back(Token{parts[1], parts[0] == "admin" ? Role::kAdmin : Role::kDecide});
+  }
+  if (auth.tokens_.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
+  return auth;
+}
+
+absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) const {
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return absl::UnauthenticatedError("missing bearer token (authorization metadata)");
+  const std::string header(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || !absl::StartsWithIgnoreCase(header, kBearer)) {
+    return absl::UnauthenticatedError("authorization metadata is not a bearer token");
+  }
+  const std::string presented = header.substr(kBearer.size());
+  for (const Token& t : tokens_) {
+    if (!SameSecret(presented, t.value)) continue;
+    if (t.role == Role::kAdmin || t.role == needed) return absl::OkStatus();
+    return absl::PermissionDeniedError("this token may only make decisions (PickTarget, ReportOutcome, Probe, "
+                                       "WatchEvents); admin calls need an admin token");
+  }
+  return absl::UnauthenticatedError("unknown bearer token");
+}
+
+}  // namespace failover::api

@@ -1057,6 +1057,31 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   return result;
 }
 
+absl::StatusOr<Events> Engine::CommitOneChangeLocked(const Snapshot& cur, Mutation m, ConfigObject what,
+                                                    absl::string_view name, ConfigChangeKind change, absl::Time now) {
+  m.kind = Mutation::Kind::kConfig;
+  m.generation = cur.generation + 1;
+  RETURN_IF_ERROR(Commit(m));
+  // The next config: the current one with the mutation's puts and deletes.
+  std::map<std::string, TargetConfig> targets;
+  std::map<std::string, ChainConfig> chains;
+  for (const TargetEntry& e : cur.targets) targets[e.config.name] = e.config;
+  for (const ChainEntry& e : cur.chains) chains[e.config.name] = e.config;
+  for (const std::string& n : m.deleted_targets) targets.erase(n);
+  for (const std::string& n : m.deleted_chains) chains.erase(n);
+  for (TargetConfig& t : m.put_targets) targets[t.name] = std::move(t);
+  for (ChainConfig& c : m.put_chains) chains[c.name] = std::move(c);
+  std::vector<TargetConfig> tv;
+  std::vector<ChainConfig> cv;
+  for (auto& [_, t] : targets) tv.push_back(std::move(t));
+  for (auto& [_, c] : chains) cv.push_back(std::move(c));
+  auto next = BuildSnapshot(std::move(tv), std::move(cv), m.generation, &cur);
+  Events events;
+  events.push_back(ConfigEvent(what, std::string(name), change, m.generation, now));
+  Install(std::move(next), now, &events);
+  return events;
+}
+
 absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time now) {
   std::lock_guard<std::mutex> admin(admin_mu_);
   std::shared_ptr<const Snapshot> cur = Load();
@@ -1070,21 +1095,8 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
                                                       absl::StrJoin(names, ", "), "; remove it from them first"));
   }
   Mutation m;
-  m.generation = cur->generation + 1;
   m.deleted_targets.emplace_back(name);
-  RETURN_IF_ERROR(Commit(m));
-  std::vector<TargetConfig> tv;
-  std::vector<ChainConfig> cv;
-  for (const TargetEntry& e : cur->targets) {
-    if (e.config.name != name) tv.push_back(e.config);
-  }
-  for (const ChainEntry& c : cur->chains) cv.push_back(c.config);
-  auto next = BuildSnapshot(std::move(tv), std::move(cv), cur->generation + 1, cur.get());
-  Events events;
-  events.push_back(
-      ConfigEvent(ConfigObject::kTarget, std::string(name), ConfigChangeKind::kDeleted, next->generation, now));
-  Install(std::move(next), now, &events);
-  return events;
+  return CommitOneChangeLocked(*cur, std::move(m), ConfigObject::kTarget, name, ConfigChangeKind::kDeleted, now);
 }
 
 absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time now) {
@@ -1094,21 +1106,8 @@ absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time no
   if (c == nullptr) return NotFound("chain", name);
   if (!c->config.managed_by.empty()) return ManagedElsewhere("", "chain", name, c->config.managed_by);
   Mutation m;
-  m.generation = cur->generation + 1;
   m.deleted_chains.emplace_back(name);
-  RETURN_IF_ERROR(Commit(m));
-  std::vector<TargetConfig> tv;
-  std::vector<ChainConfig> cv;
-  for (const TargetEntry& e : cur->targets) tv.push_back(e.config);
-  for (const ChainEntry& e : cur->chains) {
-    if (e.config.name != name) cv.push_back(e.config);
-  }
-  auto next = BuildSnapshot(std::move(tv), std::move(cv), cur->generation + 1, cur.get());
-  Events events;
-  events.push_back(
-      ConfigEvent(ConfigObject::kChain, std::string(name), ConfigChangeKind::kDeleted, next->generation, now));
-  Install(std::move(next), now, &events);
-  return events;
+  return CommitOneChangeLocked(*cur, std::move(m), ConfigObject::kChain, name, ConfigChangeKind::kDeleted, now);
 }
 
 absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now) {
@@ -1119,23 +1118,9 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
   if (t->config.enabled == enabled) return Events{};
   if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
   Mutation m;
-  m.generation = cur->generation + 1;
   m.put_targets.push_back(t->config);
   m.put_targets.back().enabled = enabled;
-  RETURN_IF_ERROR(Commit(m));
-  std::vector<TargetConfig> tv;
-  std::vector<ChainConfig> cv;
-  for (const TargetEntry& e : cur->targets) {
-    tv.push_back(e.config);
-    if (e.config.name == name) tv.back().enabled = enabled;
-  }
-  for (const ChainEntry& c : cur->chains) cv.push_back(c.config);
-  auto next = BuildSnapshot(std::move(tv), std::move(cv), cur->generation + 1, cur.get());
-  Events events;
-  events.push_back(
-      ConfigEvent(ConfigObject::kTarget, std::string(name), ConfigChangeKind::kUpdated, next->generation, now));
-  Install(std::move(next), now, &events);
-  return events;
+  return CommitOneChangeLocked(*cur, std::move(m), ConfigObject::kTarget, name, ConfigChangeKind::kUpdated, now);
 }
 
 absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time now) {

@@ -430,6 +430,10 @@ class Engine {
   std::shared_ptr<const Snapshot> Load() const;
   std::shared_ptr<Snapshot> BuildSnapshot(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains,
                                           uint64_t generation, const Snapshot* previous) const;
+  // Commits `m` (a config change of one object), then builds and installs the
+  // next snapshot; returns the config.changed event and what it caused.
+  absl::StatusOr<Events> CommitOneChangeLocked(const Snapshot& cur, Mutation m, ConfigObject what,
+                                               absl::string_view name, ConfigChangeKind change, absl::Time now);
   // Installs `next`, republishes target overlays and re-evaluates every chain.
   void Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* events);
 

@@ -49,6 +49,28 @@ std::vector<char*> CStrings(std::vector<std::string>& v) {
   return out;
 }
 
+// Starts argv with stdin from /dev/null, stdout and stderr to the given files
+// ("" = /dev/null) and the current environment plus `extra_env`. -1 on failure.
+pid_t Spawn(std::vector<std::string> args, const std::string& out_file, const std::string& err_file,
+            const std::vector<std::string>& extra_env = {}) {
+  std::vector<char*> argv = CStrings(args);
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& e : extra_env) env.push_back(e);
+  std::vector<char*> envp = CStrings(env);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_file.empty() ? "/dev/null" : out_file.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.empty() ? "/dev/null" : err_file.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
 }  // namespace
 
 TempDir::TempDir() {
@@ -87,18 +109,9 @@ bool FailoverdProcess::Start(std::string* error, double timeout_s) {
     args.insert(args.end(), {"--metrics-listen", ""});  // no fixed port to collide on
   }
   for (const auto& a : options_.extra_args) args.push_back(a);
-  std::vector<char*> argv = CStrings(args);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    pid_ = -1;
-    *error = "posix_spawn failed for " + args[0];
+  pid_ = Spawn(args, "", err_file);
+  if (pid_ < 0) {
+    *error = "cannot start " + args[0];
     return false;
   }
   bool exited = false;
@@ -182,26 +195,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv_in, const std::vec
   TempDir scratch;
   const std::string out_file = scratch.path() + "/out";
   const std::string err_file = scratch.path() + "/err";
-  std::vector<std::string> args = argv_in;
-  std::vector<char*> argv = CStrings(args);
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  for (const auto& e : env_in) env.push_back(e);
-  std::vector<char*> envp = CStrings(env);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  pid_t pid = -1;
   CommandResult result;
-  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) {
-    posix_spawn_file_actions_destroy(&actions);
-    result.err = "posix_spawn failed";
+  const pid_t pid = Spawn(argv_in, out_file, err_file, env_in);
+  if (pid < 0) {
+    result.err = "cannot start " + argv_in[0];
     return result;
   }
-  posix_spawn_file_actions_destroy(&actions);
   int status = 0;
   waitpid(pid, &status, 0);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -214,20 +213,8 @@ CommandResult RunCommand(const std::vector<std::string>& argv_in, const std::vec
 
 namespace failover::testing {
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in) {
-  std::vector<std::string> args = argv_in;
-  std::vector<char*> argv = CStrings(args);
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  for (const auto& e : env_in) env.push_back(e);
-  std::vector<char*> envp = CStrings(env);
-  const std::string err_file = scratch_.path() + "/stderr";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0) pid_ = -1;
-  posix_spawn_file_actions_destroy(&actions);
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  pid_ = Spawn(argv, "", scratch_.path() + "/stderr", env);
 }
 
 ChildProcess::~ChildProcess() {

@@ -233,6 +233,9 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   EXPECT_THAT(text, HasSubstr("failover_decision_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("failover_watchers 1"));
   EXPECT_THAT(text, HasSubstr("failover_build_info{version="));
+  // A watcher that goes away is freed at once.
+  w.ctx->TryCancel();
+  EXPECT_TRUE(Eventually([&] { return HttpGet(port, "/metrics").find("failover_watchers 0") != std::string::npos; }));
   // A deleted chain's series go away.
   v1::DeleteChainRequest del;
   del.set_name("two");

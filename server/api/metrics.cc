@@ -97,6 +97,7 @@ void Metrics::Forget(const std::string& name) {
   }
   decision_ok_.erase(name);
   decision_error_.erase(name);
+  outcome_.erase(name);
 }
 
 void Metrics::OnEvents(const Events& events) {
@@ -125,30 +126,47 @@ void Metrics::OnEvents(const Events& events) {
 
 void Metrics::OnPick(const std::string& chain, bool ok, absl::Duration latency) {
   decision_seconds_.Observe(absl::ToDoubleSeconds(latency));
-  absl::MutexLock lock(&mu_);
-  auto& cache = ok ? decision_ok_ : decision_error_;
-  auto it = cache.find(chain);
-  if (it == cache.end()) {
-    // Unknown chains are counted under one label so a caller cannot grow the label set.
-    const bool known = gauges_of_.contains(chain);
-    const std::string label = known ? chain : "(unknown)";
-    prometheus::Counter& c = decisions_.Add({{"chain", label}, {"result", ok ? "ok" : "error"}});
-    if (!known) {
-      c.Increment();
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const auto& cache = ok ? decision_ok_ : decision_error_;
+    if (auto it = cache.find(chain); it != cache.end()) {
+      it->second->Increment();
       return;
     }
-    counters_of_[chain].push_back(&c);
-    it = cache.emplace(chain, &c).first;
+  }
+  absl::MutexLock lock(&mu_);
+  // Unknown chains are counted under one label so a caller cannot grow the label set.
+  if (!gauges_of_.contains(chain)) {
+    prometheus::Counter*& c = ok ? unknown_chain_ok_ : unknown_chain_error_;
+    if (c == nullptr) c = &decisions_.Add({{"chain", "(unknown)"}, {"result", ok ? "ok" : "error"}});
+    c->Increment();
+    return;
+  }
+  auto& cache = ok ? decision_ok_ : decision_error_;
+  auto [it, inserted] = cache.emplace(chain, nullptr);
+  if (inserted) {
+    it->second = &decisions_.Add({{"chain", chain}, {"result", ok ? "ok" : "error"}});
+    counters_of_[chain].push_back(it->second);
   }
   it->second->Increment();
 }
 
 void Metrics::OnOutcome(const std::string& target, Reason reason) {
+  const int r = static_cast<int>(reason);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (auto it = outcome_.find(target); it != outcome_.end() && it->second[r] != nullptr) {
+      it->second[r]->Increment();
+      return;
+    }
+  }
   absl::MutexLock lock(&mu_);
-  prometheus::Counter& c = outcomes_.Add({{"target", target}, {"reason", ReasonName(reason)}});
-  c.Increment();
-  auto& list = counters_of_[target];
-  if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
+  auto& slots = outcome_.try_emplace(target).first->second;
+  if (slots[r] == nullptr) {
+    slots[r] = &outcomes_.Add({{"target", target}, {"reason", ReasonName(reason)}});
+    counters_of_[target].push_back(slots[r]);
+  }
+  slots[r]->Increment();
 }
 
 void Metrics::SetWatchers(size_t n) { watchers_.Set(static_cast<double>(n)); }

@@ -4,6 +4,7 @@
 // cardinality stays bounded by the configured objects.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -50,8 +51,13 @@ class Metrics {
   // name -> its label sets, so a deleted object's series can be removed.
   absl::flat_hash_map<std::string, std::vector<prometheus::Counter*>> counters_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::vector<prometheus::Gauge*>> gauges_of_ ABSL_GUARDED_BY(mu_);
+  // Hot-path counters, created once per label set and then only read (reader
+  // lock) so picks and reports do not serialize on a global lock.
   absl::flat_hash_map<std::string, prometheus::Counter*> decision_ok_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Counter*> decision_error_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::array<prometheus::Counter*, kReasonCount>> outcome_ ABSL_GUARDED_BY(mu_);
+  prometheus::Counter* unknown_chain_ok_ = nullptr;
+  prometheus::Counter* unknown_chain_error_ = nullptr;
 };
 
 }  // namespace failover::api

@@ -13,33 +13,26 @@
 
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
+#include "bench/bench_util.h"
 #include "tests/support/failoverd_process.h"
 
 namespace {
 
 namespace v1 = ::failover::v1;
+using failover::bench::Percentile;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kChains = 1000;
 constexpr int kThreads = 4;
 constexpr double kSeconds = 5;
 
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 }  // namespace
 
 int main() {
   failover::testing::TempDir data;
-  failover::testing::FailoverdProcess proc({data.path(), {"--log-level", "warn"}});
-  std::string error;
-  if (!proc.Start(&error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
+  auto started = failover::bench::StartFailoverd(data);
+  if (started == nullptr) return 1;
+  failover::testing::FailoverdProcess& proc = *started;
   v1::ApplyRequest config;
   for (int c = 0; c < kChains; ++c) {
     const std::string a = "model-" + std::to_string(c) + "-a", b = "model-" + std::to_string(c) + "-b";

@@ -14,11 +14,13 @@
 
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
+#include "bench/bench_util.h"
 #include "tests/support/failoverd_process.h"
 
 namespace {
 
 namespace v1 = ::failover::v1;
+using failover::bench::Percentile;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kWatchers = 1000;
@@ -74,22 +76,13 @@ class Watcher final : public grpc::ClientReadReactor<v1::Event> {
   bool done_ = false;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
 }  // namespace
 
 int main() {
   failover::testing::TempDir data;
-  failover::testing::FailoverdProcess proc({data.path(), {"--log-level", "warn"}});
-  std::string error;
-  if (!proc.Start(&error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 1;
-  }
+  auto started = failover::bench::StartFailoverd(data);
+  if (started == nullptr) return 1;
+  failover::testing::FailoverdProcess& proc = *started;
   auto admin = v1::AdminService::NewStub(proc.Channel());
   v1::ApplyRequest config;
   for (int r = 0; r < kRounds; ++r) {

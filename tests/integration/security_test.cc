@@ -65,5 +65,37 @@ TEST(SecurityTest, TlsServesClientsThatTrustItsCertificate) {
   EXPECT_EQ(plain.exit_code, 3);
 }
 
+TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
+  TempDir data, pki;
+  const std::string dir = pki.path();
+  auto openssl = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/openssl");
+    CommandResult r = RunCommand(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  };
+  std::ofstream(dir + "/server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/ca.key", "-out", dir + "/ca.crt",
+           "-days", "1", "-subj", "/CN=test-ca"});
+  for (const std::string who : {"server", "client"}) {
+    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout", dir + "/" + who + ".key", "-out",
+             dir + "/" + who + ".csr", "-subj", "/CN=" + who});
+    std::vector<std::string> sign = {"x509", "-req", "-in", dir + "/" + who + ".csr", "-CA", dir + "/ca.crt", "-CAkey",
+                                     dir + "/ca.key", "-CAcreateserial", "-out", dir + "/" + who + ".crt", "-days", "1"};
+    if (who == "server") sign.insert(sign.end(), {"-extfile", dir + "/server.ext"});
+    openssl(sign);
+  }
+  FailoverdProcess proc({data.path(),
+                         {"--tls-cert", dir + "/server.crt", "--tls-key", dir + "/server.key", "--tls-client-ca",
+                          dir + "/ca.crt"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  CommandResult with_cert = RunCommand({FailoverctlBinary(), "--server", proc.address(), "--tls-ca", dir + "/ca.crt",
+                                        "--tls-cert", dir + "/client.crt", "--tls-key", dir + "/client.key", "status"});
+  EXPECT_EQ(with_cert.exit_code, 0) << with_cert.err;
+  CommandResult without = RunCommand(
+      {FailoverctlBinary(), "--server", proc.address(), "--tls-ca", dir + "/ca.crt", "--timeout", "2", "status"});
+  EXPECT_NE(without.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace failover::testing

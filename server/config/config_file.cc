@@ -105,6 +105,20 @@ absl::Status Field(const Where& w, const YAML::Node& map, const char* key, F rea
   return read(At(w, n, key), n);
 }
 
+absl::StatusOr<uint32_t> Unsigned32(const Where& w, const YAML::Node& n) {
+  ASSIGN_OR_RETURN(uint64_t v, Unsigned(w, n, 1u << 30));
+  return static_cast<uint32_t>(v);
+}
+
+// Reads `key` of `map` with `parse` into `*out` when present.
+template <typename T, typename Parse>
+absl::Status Read(const Where& w, const YAML::Node& map, const char* key, T* out, Parse parse) {
+  return Field(w, map, key, [&](const Where& x, const YAML::Node& v) -> absl::Status {
+    ASSIGN_OR_RETURN(*out, parse(x, v));
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   Policy p;
   RETURN_IF_ERROR(CheckKeys(w, n, {"probe", "trip", "recovery", "backoff", "rate_limit", "max_attempts",
@@ -112,58 +126,25 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
                                    "same_target_retries"}));
   RETURN_IF_ERROR(Field(w, n, "probe", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"interval", "timeout"}));
-    RETURN_IF_ERROR(Field(pw, m, "interval", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.probe_interval, Duration(x, v));
-      return absl::OkStatus();
-    }));
-    return Field(pw, m, "timeout", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.probe_timeout, Duration(x, v));
-      return absl::OkStatus();
-    });
+    RETURN_IF_ERROR(Read(pw, m, "interval", &p.probe_interval, Duration));
+    return Read(pw, m, "timeout", &p.probe_timeout, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "trip", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"errors", "window"}));
-    RETURN_IF_ERROR(Field(pw, m, "errors", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(uint64_t e, Unsigned(x, v, 1u << 30));
-      p.trip_errors = static_cast<uint32_t>(e);
-      return absl::OkStatus();
-    }));
-    return Field(pw, m, "window", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.trip_window, Duration(x, v));
-      return absl::OkStatus();
-    });
+    RETURN_IF_ERROR(Read(pw, m, "errors", &p.trip_errors, Unsigned32));
+    return Read(pw, m, "window", &p.trip_window, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "recovery", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"probes", "min_dwell"}));
-    RETURN_IF_ERROR(Field(pw, m, "probes", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(uint64_t e, Unsigned(x, v, 1u << 30));
-      p.recovery_probes = static_cast<uint32_t>(e);
-      return absl::OkStatus();
-    }));
-    return Field(pw, m, "min_dwell", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.recovery_min_dwell, Duration(x, v));
-      return absl::OkStatus();
-    });
+    RETURN_IF_ERROR(Read(pw, m, "probes", &p.recovery_probes, Unsigned32));
+    return Read(pw, m, "min_dwell", &p.recovery_min_dwell, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "backoff", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"factor", "steps", "max", "reset_after"}));
-    RETURN_IF_ERROR(Field(pw, m, "factor", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.backoff_factor, Number(x, v));
-      return absl::OkStatus();
-    }));
-    RETURN_IF_ERROR(Field(pw, m, "steps", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(uint64_t e, Unsigned(x, v, 1u << 30));
-      p.backoff_steps = static_cast<uint32_t>(e);
-      return absl::OkStatus();
-    }));
-    RETURN_IF_ERROR(Field(pw, m, "max", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.backoff_max, Duration(x, v));
-      return absl::OkStatus();
-    }));
-    return Field(pw, m, "reset_after", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.backoff_reset_after, Duration(x, v));
-      return absl::OkStatus();
-    });
+    RETURN_IF_ERROR(Read(pw, m, "factor", &p.backoff_factor, Number));
+    RETURN_IF_ERROR(Read(pw, m, "steps", &p.backoff_steps, Unsigned32));
+    RETURN_IF_ERROR(Read(pw, m, "max", &p.backoff_max, Duration));
+    return Read(pw, m, "reset_after", &p.backoff_reset_after, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "rate_limit", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"on", "hold"}));
@@ -178,28 +159,15 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
       }
       return absl::OkStatus();
     }));
-    return Field(pw, m, "hold", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-      ASSIGN_OR_RETURN(p.rate_limit_hold, Duration(x, v));
-      return absl::OkStatus();
-    });
+    return Read(pw, m, "hold", &p.rate_limit_hold, Duration);
   }));
-  RETURN_IF_ERROR(Field(w, n, "max_attempts", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(uint64_t e, Unsigned(x, v, 1u << 30));
-    p.max_attempts = static_cast<uint32_t>(e);
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Read(w, n, "max_attempts", &p.max_attempts, Unsigned32));
   RETURN_IF_ERROR(Field(w, n, "max_replay_bytes", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     ASSIGN_OR_RETURN(p.max_replay_bytes, Unsigned(x, v, UINT64_MAX));
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(Field(w, n, "retry_on_statuses", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(p.retry_on_statuses, Strings(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "retry_on_errors", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(p.retry_on_errors, Strings(x, v));
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Read(w, n, "retry_on_statuses", &p.retry_on_statuses, Strings));
+  RETURN_IF_ERROR(Read(w, n, "retry_on_errors", &p.retry_on_errors, Strings));
   RETURN_IF_ERROR(Field(w, n, "same_target_retries", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     if (!v.IsMap()) return Error(x, absl::StrCat("must be a map of reason: retries, got ", Show(v)));
     for (const auto& kv : v) {
@@ -233,39 +201,15 @@ absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
     }
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(Field(w, n, "upstream_model", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(t.upstream_model, String(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "warm", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(t.warm, Bool(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "weight", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(uint64_t weight, Unsigned(x, v, 1u << 30));
-    t.weight = static_cast<uint32_t>(weight);
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "cost", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(t.cost, Number(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "timeout", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(t.timeout, Duration(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "max_retries", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(uint64_t retries, Unsigned(x, v, 1u << 30));
-    t.max_retries = static_cast<uint32_t>(retries);
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Read(w, n, "upstream_model", &t.upstream_model, String));
+  RETURN_IF_ERROR(Read(w, n, "warm", &t.warm, Bool));
+  RETURN_IF_ERROR(Read(w, n, "weight", &t.weight, Unsigned32));
+  RETURN_IF_ERROR(Read(w, n, "cost", &t.cost, Number));
+  RETURN_IF_ERROR(Read(w, n, "timeout", &t.timeout, Duration));
+  RETURN_IF_ERROR(Read(w, n, "max_retries", &t.max_retries, Unsigned32));
   RETURN_IF_ERROR(Field(w, n, "limits", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(x, v, {"rpm"}));
-    return Field(x, v, "rpm", [&](const Where& y, const YAML::Node& r) -> absl::Status {
-      ASSIGN_OR_RETURN(uint64_t rpm, Unsigned(y, r, 1u << 30));
-      t.limit_rpm = static_cast<uint32_t>(rpm);
-      return absl::OkStatus();
-    });
+    return Read(x, v, "rpm", &t.limit_rpm, Unsigned32);
   }));
   RETURN_IF_ERROR(Field(w, n, "labels", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     if (!v.IsMap()) return Error(x, absl::StrCat("must be a map of strings, got ", Show(v)));
@@ -275,10 +219,7 @@ absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
     }
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(Field(w, n, "enabled", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(t.enabled, Bool(x, v));
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Read(w, n, "enabled", &t.enabled, Bool));
   return t;
 }
 
@@ -303,14 +244,8 @@ absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
     }
     return absl::OkStatus();
   }));
-  RETURN_IF_ERROR(Field(w, n, "policy", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(c.policy, ParsePolicy(x, v));
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(Field(w, n, "failover_enabled", [&](const Where& x, const YAML::Node& v) -> absl::Status {
-    ASSIGN_OR_RETURN(c.failover_enabled, Bool(x, v));
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(Read(w, n, "policy", &c.policy, ParsePolicy));
+  RETURN_IF_ERROR(Read(w, n, "failover_enabled", &c.failover_enabled, Bool));
   return c;
 }
 

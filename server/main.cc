@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -51,6 +52,10 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   double events_max_age_hours = 168;
+  size_t max_message_bytes = 4 << 20;
+  size_t max_watchers = 10000;
+  size_t max_targets = 100000;
+  size_t max_chains = 100000;
 };
 
 // The services whose health is reported; "" is the server as a whole.
@@ -108,6 +113,10 @@ absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& 
   if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
   std::stringstream text;
   text << in.rdbuf();
+  // gRPC would only fail later, at listen time, without naming the file.
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not PEM (no -----BEGIN line)"));
+  }
   return text.str();
 }
 
@@ -138,6 +147,27 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   return grpc::SslServerCredentials(ssl);
 }
 
+// Tokens are re-read on SIGHUP; a file that no longer parses keeps the old ones.
+void ReloadTokens(failover::api::Authorizer& auth, const std::string& path) {
+  const absl::Status reloaded = auth.Reload();
+  if (!reloaded.ok()) {
+    log::Error(absl::StrCat("tokens not reloaded, the previous ones stay: ", reloaded.message()));
+    return;
+  }
+  log::Info("tokens reloaded", {{"tokens_file", path}, {"tokens", std::to_string(auth.token_count())}});
+}
+
+// libprotobuf writes its own complaints (a request with invalid UTF-8, say) to
+// stderr; they belong in failoverd's log, and at debug, since the caller
+// already gets the error.
+void RouteProtobufLogs() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel level, const char* file, int line,
+                                     const std::string& message) {
+    const log::Level to = level >= google::protobuf::LOGLEVEL_FATAL ? log::Level::kError : log::Level::kDebug;
+    log::Write(to, absl::StrCat("libprotobuf: ", message), {{"at", absl::StrCat(file, ":", line)}});
+  });
+}
+
 sigset_t HandledSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -157,7 +187,10 @@ int Run(const Flags& flags) {
   std::unique_ptr<failover::storage::Store> store = std::move(store_or).value();
 
   // Restore everything before serving.
-  failover::Engine engine;
+  failover::EngineOptions engine_options;
+  engine_options.max_targets = flags.max_targets;
+  engine_options.max_chains = flags.max_chains;
+  failover::Engine engine(engine_options);
   const absl::Time restore_start = clock.Now();
   auto restored = store->Load();
   if (!restored.ok()) {
@@ -217,7 +250,7 @@ int Run(const Flags& flags) {
     }
   }
 
-  std::optional<failover::api::Authorizer> auth;
+  std::unique_ptr<failover::api::Authorizer> auth;
   if (!flags.tokens_file.empty()) {
     auto loaded = failover::api::Authorizer::FromFile(flags.tokens_file);
     if (!loaded.ok()) {
@@ -225,16 +258,21 @@ int Run(const Flags& flags) {
       return 1;
     }
     auth = std::move(loaded).value();
+    log::Info("bearer tokens required", {{"tokens_file", flags.tokens_file},
+                                         {"tokens", std::to_string(auth->token_count())}});
+  } else {
+    log::Warn("no --tokens-file: every caller that reaches the port may make decisions and change the config");
   }
   auto credentials = ServerCredentials(flags);
   if (!credentials.ok()) {
     log::Error(std::string(credentials.status().message()));
     return 1;
   }
-  failover::api::ServiceContext context{&engine,    &clock,      &event_log, &metrics, auth ? &*auth : nullptr,
+  failover::api::ServiceContext context{&engine,    &clock,      &event_log, &metrics, auth.get(),
                                         clock.Now(), FAILOVERD_VERSION};
   failover::api::WatchOptions watch;
   watch.queue_limit = flags.watch_queue;
+  watch.max_watchers = flags.max_watchers;
   watch.history = [&](uint64_t after, size_t limit, bool* complete) {
     return store->EventsAfter(after, limit, complete);
   };
@@ -247,6 +285,7 @@ int Run(const Flags& flags) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(flags.listen, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.max_message_bytes));
   builder.RegisterService(&decision_service);
   builder.RegisterService(&admin_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -275,6 +314,7 @@ int Run(const Flags& flags) {
       log::Info(absl::StrCat("signal ", sig, " received; shutting down"));
       break;
     }
+    if (auth) ReloadTokens(*auth, flags.tokens_file);
     if (reloader) {
       reloader->Reload("SIGHUP");
     } else {
@@ -341,11 +381,26 @@ int main(int argc, char** argv) {
   app.add_option("--events-max-age", flags.events_max_age_hours, "Hours an event is kept in the data dir")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max-message-bytes", flags.max_message_bytes,
+                 "Largest request accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-targets", flags.max_targets, "Targets in all; an apply that would pass it is refused")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-chains", flags.max_chains, "Chains in all; an apply that would pass it is refused")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-watchers", flags.max_watchers,
+                 "Concurrent WatchEvents streams; one more gets RESOURCE_EXHAUSTED")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   log::Level level = log::Level::kInfo;
   log::ParseLevel(flags.log_level, &level);
   log::Configure(level, flags.log_format == "json");
+  RouteProtobufLogs();
 
   // Block the shutdown and reload signals in every thread; Run() waits for them.
   const sigset_t signals = HandledSignals();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
+#include "server/api/wire.h"
 #include "server/engine/status_macros.h"
 #include "server/engine/validate.h"
 
@@ -34,127 +35,86 @@ using failover::v1::ListEventsResponse;
 using failover::v1::GetStatusRequest;
 using failover::v1::StatusResponse;
 
-grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const ApplyRequest* request,
-    ApplyResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoApply(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoApply);
 }
 
-grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const GetTargetRequest* request,
-    failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoGetTarget(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoGetTarget);
 }
 
-grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext* ctx, const ListTargetsRequest* request,
-    ListTargetsResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoListTargets(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoListTargets);
 }
 
-grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const DeleteTargetRequest* request,
-    DeleteResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoDeleteTarget(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteTarget);
 }
 
-grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const GetChainRequest* request,
-    failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoGetChain(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoGetChain);
 }
 
-grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* ctx, const ListChainsRequest* request,
-    ListChainsResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoListChains(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoListChains);
 }
 
-grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const DeleteChainRequest* request,
-    DeleteResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoDeleteChain(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteChain);
 }
 
-grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const PinChainRequest* request,
-    failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoPinChain(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoPinChain);
 }
 
-grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const UnpinChainRequest* request,
-    failover::v1::ChainView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoUnpinChain(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoUnpinChain);
 }
 
-grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const TriggerFailoverRequest* request,
-    failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoTriggerFailover(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoTriggerFailover);
 }
 
-grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const CancelFailoverRequest* request,
-    failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoCancelFailover(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoCancelFailover);
 }
 
-grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const SetTargetEnabledRequest* request,
-    failover::v1::TargetView* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoSetTargetEnabled(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoSetTargetEnabled);
 }
 
-grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const ProbeNowRequest* request,
-    ProbeNowResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    if (!request->target().empty()) RETURN_IF_ERROR(ValidateName(request->target(), "target"));
-    ASSIGN_OR_RETURN(std::vector<std::string> due, ctx_.engine->ProbeNow(request->target()));
-    for (const std::string& t : due) response->add_targets(t);
-    return absl::OkStatus();
-  });
+grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoProbeNow);
 }
 
-grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const ListEventsRequest* request,
-    ListEventsResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoListEvents(*request, response);
-  });
+absl::Status AdminService::DoProbeNow(const ProbeNowRequest& req, ProbeNowResponse* resp) {
+  if (!req.target().empty()) RETURN_IF_ERROR(ValidateName(req.target(), "target"));
+  ASSIGN_OR_RETURN(std::vector<std::string> due, ctx_.engine->ProbeNow(req.target()));
+  for (const std::string& t : due) resp->add_targets(t);
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const GetStatusRequest* request,
-    StatusResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kAdmin));
-    return DoGetStatus(*request, response);
-  });
+grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoListEvents);
+}
+
+grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoGetStatus);
 }
 namespace {
 

@@ -6,42 +6,62 @@
 
 namespace failover::api {
 
-class AdminService final : public failover::v1::AdminService::CallbackService {
+// Raw callback methods: ServeUnary (wire.h) parses each request itself.
+using AdminGrpc = failover::v1::AdminService;
+using AdminServiceBase =
+    AdminGrpc::WithRawCallbackMethod_Apply<
+    AdminGrpc::WithRawCallbackMethod_GetTarget<
+    AdminGrpc::WithRawCallbackMethod_ListTargets<
+    AdminGrpc::WithRawCallbackMethod_DeleteTarget<
+    AdminGrpc::WithRawCallbackMethod_GetChain<
+    AdminGrpc::WithRawCallbackMethod_ListChains<
+    AdminGrpc::WithRawCallbackMethod_DeleteChain<
+    AdminGrpc::WithRawCallbackMethod_PinChain<
+    AdminGrpc::WithRawCallbackMethod_UnpinChain<
+    AdminGrpc::WithRawCallbackMethod_TriggerFailover<
+    AdminGrpc::WithRawCallbackMethod_CancelFailover<
+    AdminGrpc::WithRawCallbackMethod_SetTargetEnabled<
+    AdminGrpc::WithRawCallbackMethod_ProbeNow<
+    AdminGrpc::WithRawCallbackMethod_ListEvents<
+    AdminGrpc::WithRawCallbackMethod_GetStatus<
+    AdminGrpc::Service>>>>>>>>>>>>>>>;
+
+class AdminService final : public AdminServiceBase {
  public:
   explicit AdminService(ServiceContext ctx) : ctx_(ctx) {}
 
-  grpc::ServerUnaryReactor* Apply(grpc::CallbackServerContext* ctx, const failover::v1::ApplyRequest* request,
-      failover::v1::ApplyResponse* response) override;
-  grpc::ServerUnaryReactor* GetTarget(grpc::CallbackServerContext* ctx, const failover::v1::GetTargetRequest* request,
-      failover::v1::TargetView* response) override;
-  grpc::ServerUnaryReactor* ListTargets(grpc::CallbackServerContext* ctx, const failover::v1::ListTargetsRequest* request,
-      failover::v1::ListTargetsResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteTarget(grpc::CallbackServerContext* ctx, const failover::v1::DeleteTargetRequest* request,
-      failover::v1::DeleteResponse* response) override;
-  grpc::ServerUnaryReactor* GetChain(grpc::CallbackServerContext* ctx, const failover::v1::GetChainRequest* request,
-      failover::v1::ChainView* response) override;
-  grpc::ServerUnaryReactor* ListChains(grpc::CallbackServerContext* ctx, const failover::v1::ListChainsRequest* request,
-      failover::v1::ListChainsResponse* response) override;
-  grpc::ServerUnaryReactor* DeleteChain(grpc::CallbackServerContext* ctx, const failover::v1::DeleteChainRequest* request,
-      failover::v1::DeleteResponse* response) override;
-  grpc::ServerUnaryReactor* PinChain(grpc::CallbackServerContext* ctx, const failover::v1::PinChainRequest* request,
-      failover::v1::ChainView* response) override;
-  grpc::ServerUnaryReactor* UnpinChain(grpc::CallbackServerContext* ctx, const failover::v1::UnpinChainRequest* request,
-      failover::v1::ChainView* response) override;
-  grpc::ServerUnaryReactor* TriggerFailover(grpc::CallbackServerContext* ctx, const failover::v1::TriggerFailoverRequest* request,
-      failover::v1::TargetView* response) override;
-  grpc::ServerUnaryReactor* CancelFailover(grpc::CallbackServerContext* ctx, const failover::v1::CancelFailoverRequest* request,
-      failover::v1::TargetView* response) override;
-  grpc::ServerUnaryReactor* SetTargetEnabled(grpc::CallbackServerContext* ctx, const failover::v1::SetTargetEnabledRequest* request,
-      failover::v1::TargetView* response) override;
-  grpc::ServerUnaryReactor* ProbeNow(grpc::CallbackServerContext* ctx, const failover::v1::ProbeNowRequest* request,
-      failover::v1::ProbeNowResponse* response) override;
-  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx, const failover::v1::ListEventsRequest* request,
-      failover::v1::ListEventsResponse* response) override;
-  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const failover::v1::GetStatusRequest* request,
-      failover::v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Apply(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListTargets(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListChains(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* PinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UnpinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* TriggerFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetTargetEnabled(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ProbeNow(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
 
- private:
+ // The handlers without the call around them (the fuzzers call these).
   absl::Status DoApply(const failover::v1::ApplyRequest& req, failover::v1::ApplyResponse* resp);
   absl::Status DoGetTarget(const failover::v1::GetTargetRequest& req, failover::v1::TargetView* resp);
   absl::Status DoListTargets(const failover::v1::ListTargetsRequest& req, failover::v1::ListTargetsResponse* resp);
@@ -56,6 +76,9 @@ class AdminService final : public failover::v1::AdminService::CallbackService {
   absl::Status DoSetTargetEnabled(const failover::v1::SetTargetEnabledRequest& req, failover::v1::TargetView* resp);
   absl::Status DoListEvents(const failover::v1::ListEventsRequest& req, failover::v1::ListEventsResponse* resp);
   absl::Status DoGetStatus(const failover::v1::GetStatusRequest& req, failover::v1::StatusResponse* resp);
+  absl::Status DoProbeNow(const failover::v1::ProbeNowRequest& req, failover::v1::ProbeNowResponse* resp);
+
+ private:
   absl::Status TargetViewOf(const std::string& name, failover::v1::TargetView* resp);
   absl::Status ChainViewOf(const std::string& name, failover::v1::ChainView* resp);
 

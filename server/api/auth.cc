@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/engine/status_macros.h"
 
 namespace failover::api {
 namespace {
@@ -18,10 +19,32 @@ bool SameSecret(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-absl::StatusOr<Authorizer> Authorizer::FromFile(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(const std::string& path) {
+  auto auth = std::make_unique<Authorizer>();
+  auth->path_ = path;
+  RETURN_IF_ERROR(auth->Reload());
+  return auth;
+}
+
+absl::Status Authorizer::Reload() {
+  ASSIGN_OR_RETURN(Tokens loaded, ReadTokens(path_));
+  auto shared = std::make_shared<const Tokens>(std::move(loaded));
+  absl::MutexLock lock(&mu_);
+  tokens_ = std::move(shared);
+  return absl::OkStatus();
+}
+
+size_t Authorizer::token_count() const { return tokens()->size(); }
+
+std::shared_ptr<const Authorizer::Tokens> Authorizer::tokens() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return tokens_;
+}
+
+absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("tokens file ", path, " cannot be read"));
-  Authorizer auth;
+  Tokens tokens;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
@@ -31,10 +54,10 @@ absl::StatusOr<Authorizer> Authorizer::FromFile(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ":", n, ": expected \"decide <token>\" or \"admin <token>\""));
     }
-    auth.tokens_.push_back(Token{parts[1], parts[0] == "admin" ? Role::kAdmin : Role::kDecide});
+    tokens.push_back(Token{parts[1], parts[0] == "admin" ? Role::kAdmin : Role::kDecide});
   }
-  if (auth.tokens_.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
-  return auth;
+  if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
+  return tokens;
 }
 
 absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) const {
@@ -47,7 +70,8 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) 
     return absl::UnauthenticatedError("authorization metadata is not a bearer token");
   }
   const std::string presented = header.substr(kBearer.size());
-  for (const Token& t : tokens_) {
+  const std::shared_ptr<const Tokens> tokens = this->tokens();
+  for (const Token& t : *tokens) {
     if (!SameSecret(presented, t.value)) continue;
     if (t.role == Role::kAdmin || t.role == needed) return absl::OkStatus();
     return absl::PermissionDeniedError("this token may only make decisions (PickTarget, ReportOutcome, Probe, "

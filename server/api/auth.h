@@ -4,11 +4,13 @@
 // stay open.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace failover::api {
@@ -18,7 +20,11 @@ enum class Role { kDecide, kAdmin };
 class Authorizer {
  public:
   // Reads lines of "<role> <token>" (role decide or admin); '#' starts a comment.
-  [[nodiscard]] static absl::StatusOr<Authorizer> FromFile(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authorizer>> FromFile(const std::string& path);
+
+  // Reads the file again (SIGHUP). On an error the tokens in use stay.
+  [[nodiscard]] absl::Status Reload();
+  size_t token_count() const;
 
   // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED when the
   // token's role is not enough.
@@ -29,7 +35,13 @@ class Authorizer {
     std::string value;
     Role role;
   };
-  std::vector<Token> tokens_;
+  using Tokens = std::vector<Token>;
+  [[nodiscard]] static absl::StatusOr<Tokens> ReadTokens(const std::string& path);
+  std::shared_ptr<const Tokens> tokens() const;
+
+  std::string path_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Tokens> tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace failover::api

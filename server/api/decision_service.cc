@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
+#include "server/api/wire.h"
 #include "server/engine/status_macros.h"
 #include "server/engine/validate.h"
 
@@ -20,36 +21,28 @@ namespace {
 constexpr size_t kMaxSessionKey = 256;
 }  // namespace
 
-grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx,
-                                                      const PickTargetRequest* request,
-                                                      PickTargetResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
-    return Pick(*request, response);
-  });
+grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                      grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::Pick);
 }
 
-grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx,
-                                                         const ReportOutcomeRequest* request,
-                                                         ReportOutcomeResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
-    return Report(*request, response);
-  });
+grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                         grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::Report);
 }
 
-grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const ProbeRequest* request,
-                                                 ProbeResponse* response) {
-  return FinishUnary(ctx, [&]() -> absl::Status {
-    RETURN_IF_ERROR(ctx_.Authorize(*ctx, Role::kDecide));
-    return DoProbe(*request, response);
-  });
+grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::DoProbe);
 }
 
-grpc::ServerWriteReactor<failover::v1::Event>* DecisionService::WatchEvents(grpc::CallbackServerContext* ctx,
-                                                                              const WatchEventsRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::CallbackServerContext* ctx,
+                                                                         const grpc::ByteBuffer* in) {
+  WatchEventsRequest request;
+  absl::Status allowed = ctx_.Authorize(*ctx, Role::kDecide);
+  if (allowed.ok()) allowed = ParseRequest(*in, &request);
   WatchStream* stream = nullptr;
-  WatchStream::Start(ctx_, watch_, *request, ctx_.Authorize(*ctx, Role::kDecide), &stream);
+  WatchStream::Start(ctx_, watch_, request, allowed, &stream);
   return stream;
 }
 
@@ -88,6 +81,10 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
     return absl::InvalidArgumentError(absl::StrCat("max_tasks: at most ", kMaxTasks, ", got ", req.max_tasks()));
   }
   if (req.prober_id().size() > 256) return absl::InvalidArgumentError("prober_id: at most 256 bytes");
+  if (req.results_size() > static_cast<int>(kMaxTasks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("results: at most ", kMaxTasks, " results per call, got ", req.results_size()));
+  }
   failover::ProbeRequest probe;
   probe.prober_id = req.prober_id();
   probe.max_tasks = req.max_tasks();

@@ -7,27 +7,35 @@
 
 namespace failover::api {
 
-class DecisionService final : public failover::v1::DecisionService::CallbackService {
+// Every method is a raw callback method: the request is parsed by ServeUnary
+// (wire.h) so malformed requests get a clear INVALID_ARGUMENT.
+using DecisionGrpc = failover::v1::DecisionService;
+using DecisionServiceBase =
+    DecisionGrpc::WithRawCallbackMethod_PickTarget<
+    DecisionGrpc::WithRawCallbackMethod_ReportOutcome<
+    DecisionGrpc::WithRawCallbackMethod_Probe<
+    DecisionGrpc::WithRawCallbackMethod_WatchEvents<
+    DecisionGrpc::Service>>>>;
+
+class DecisionService final : public DecisionServiceBase {
  public:
   DecisionService(ServiceContext ctx, WatchOptions watch) : ctx_(ctx), watch_(std::move(watch)) {}
 
-  grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx,
-                                       const failover::v1::PickTargetRequest* request,
-                                       failover::v1::PickTargetResponse* response) override;
-  grpc::ServerUnaryReactor* ReportOutcome(grpc::CallbackServerContext* ctx,
-                                          const failover::v1::ReportOutcomeRequest* request,
-                                          failover::v1::ReportOutcomeResponse* response) override;
-  grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* ctx,
-                                  const failover::v1::ProbeRequest* request,
-                                  failover::v1::ProbeResponse* response) override;
-  grpc::ServerWriteReactor<failover::v1::Event>* WatchEvents(
-      grpc::CallbackServerContext* ctx, const failover::v1::WatchEventsRequest* request) override;
+  grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ReportOutcome(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Probe(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchEvents(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* request) override;
 
- private:
+  // The handlers without the call around them (the fuzzers call these).
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
   absl::Status DoProbe(const failover::v1::ProbeRequest& req, failover::v1::ProbeResponse* resp);
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp);
 
+ private:
   ServiceContext ctx_;
   WatchOptions watch_;
 };

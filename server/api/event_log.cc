@@ -84,8 +84,9 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
   return std::vector<Event>(out.rbegin(), out.rend());
 }
 
-uint64_t EventLog::Subscribe(Watcher* w) {
+std::optional<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
   absl::MutexLock lock(&mu_);
+  if (watchers_.size() >= max_watchers) return std::nullopt;
   watchers_.push_back(w);
   return next_sequence_ - 1;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -37,7 +38,8 @@ class EventLog {
     virtual void Close() = 0;
   };
   // Registers `w`; every event after the returned sequence reaches it.
-  uint64_t Subscribe(Watcher* w);
+  // nullopt when `max_watchers` are already subscribed.
+  std::optional<uint64_t> Subscribe(Watcher* w, size_t max_watchers);
   void Unsubscribe(Watcher* w);
   size_t watcher_count() const;
   // Ends every watcher's stream (shutdown).

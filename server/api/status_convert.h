@@ -3,7 +3,6 @@
 #pragma once
 
 #include <string>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
@@ -13,14 +12,6 @@ namespace failover::api {
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-// Runs `body` (returning absl::Status) and finishes the unary call with it.
-template <typename Body>
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx, Body&& body) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(std::forward<Body>(body)()));
-  return reactor;
 }
 
 }  // namespace failover::api

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
+#include "server/api/wire.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -42,7 +43,14 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   }
   // Subscribe first: every event after `last` arrives live; older ones come
   // from the stored log or are summed up in the snapshot.
-  const uint64_t last = ctx_.events->Subscribe(this);
+  const std::optional<uint64_t> subscribed = ctx_.events->Subscribe(this, options_.max_watchers);
+  if (!subscribed) {
+    absl::MutexLock lock(&mu_);
+    return FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                     absl::StrCat("watchers: at most ", options_.max_watchers,
+                                                  " WatchEvents streams at once (--max-watchers)")));
+  }
+  const uint64_t last = *subscribed;
   subscribed_ = true;
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   std::deque<v1::Event> opening;
@@ -132,8 +140,9 @@ void WatchStream::PumpLocked() {
     queue_.push_back(SnapshotEvent(last_seen_, /*resync=*/true));
   }
   if (queue_.empty()) return;
-  current_ = std::move(queue_.front());
+  const absl::Status serialized = SerializeResponse(queue_.front(), &current_);
   queue_.pop_front();
+  if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   writing_ = true;
   StartWrite(&current_);
 }

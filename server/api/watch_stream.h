@@ -21,12 +21,14 @@ struct WatchOptions {
   size_t queue_limit = 1024;
   // Most events replayed on resume; further behind gets a snapshot.
   size_t max_replay = 10000;
+  // Concurrent streams; one more is refused with RESOURCE_EXHAUSTED.
+  size_t max_watchers = 10000;
   // Stored events after a sequence, oldest first; `complete` false when the
   // log no longer reaches back that far.
   std::function<absl::StatusOr<Events>(uint64_t after, size_t limit, bool* complete)> history;
 };
 
-class WatchStream final : public grpc::ServerWriteReactor<failover::v1::Event>, public EventLog::Watcher {
+class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public EventLog::Watcher {
  public:
   // Starts the stream; it deletes itself when done.
   // `allowed` is the caller's authorization; a stream that is not allowed ends at once.
@@ -54,7 +56,7 @@ class WatchStream final : public grpc::ServerWriteReactor<failover::v1::Event>, 
 
   absl::Mutex mu_;
   std::deque<failover::v1::Event> queue_ ABSL_GUARDED_BY(mu_);
-  failover::v1::Event current_ ABSL_GUARDED_BY(mu_);  // being written
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the event being written, serialized
   uint64_t last_seen_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool resync_ ABSL_GUARDED_BY(mu_) = false;

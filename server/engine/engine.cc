@@ -10,6 +10,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/numeric/bits.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -632,8 +633,16 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   const TargetEntry* target = snap->FindTarget(req.target);
   if (target == nullptr) return NotFound("target", req.target);
 
+  // A decision id that failoverd cannot have issued is refused. A well-formed
+  // one that expired or predates a restart is still counted: the outcome
+  // happened, and decision_known=false tells the caller.
   DecisionId id;
-  bool known = DecisionId::Parse(req.decision_id, &id) && id.epoch == epoch_ && now - id.time < options_.decision_ttl;
+  const bool parsed = DecisionId::Parse(req.decision_id, &id);
+  if (!parsed && !req.decision_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("decision_id: \"", absl::CHexEscape(req.decision_id.substr(0, 64)),
+                                                   "\" is not a decision id that PickTarget returned"));
+  }
+  bool known = parsed && id.epoch == epoch_ && now - id.time < options_.decision_ttl;
   const ChainEntry* chain = known ? snap->FindChain(id.chain) : nullptr;
   if (chain == nullptr) known = false;
   if (chain == nullptr && !req.chain.empty()) {
@@ -1011,6 +1020,17 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
       targets.erase(t.config.name);
       result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}});
     }
+  }
+
+  if (targets.size() > options_.max_targets) {
+    return absl::ResourceExhaustedError(absl::StrCat("targets: at most ", options_.max_targets,
+                                                     " targets in all (--max-targets); this change would make ",
+                                                     targets.size()));
+  }
+  if (chains.size() > options_.max_chains) {
+    return absl::ResourceExhaustedError(absl::StrCat("chains: at most ", options_.max_chains,
+                                                     " chains in all (--max-chains); this change would make ",
+                                                     chains.size()));
   }
 
   // A pinned chain must still list its pinned target.

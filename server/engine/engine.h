@@ -48,6 +48,9 @@ struct EngineOptions {
   absl::Duration max_rate_limit_hold = absl::Seconds(60);
   // Distinguishes this process's decision ids from an earlier one's. 0 = random.
   uint32_t instance_epoch = 0;
+  // Totals over the whole config; an Apply that would pass them gets RESOURCE_EXHAUSTED.
+  size_t max_targets = 100000;
+  size_t max_chains = 100000;
 };
 
 // ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/classify.h"
 #include "server/engine/status_macros.h"
@@ -13,11 +14,26 @@ absl::Status Invalid(absl::string_view path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
+absl::Status AtMostMax(absl::Duration d, absl::string_view path) {
+  if (d > kMaxDuration) {
+    return Invalid(path, absl::StrCat("must be at most ", absl::FormatDuration(kMaxDuration), ", got ",
+                                      absl::FormatDuration(d)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Positive(absl::Duration d, absl::string_view path) {
   if (d <= absl::ZeroDuration()) {
     return Invalid(path, absl::StrCat("must be a positive duration, got ", absl::FormatDuration(d)));
   }
-  return absl::OkStatus();
+  return AtMostMax(d, path);
+}
+
+absl::Status NonNegative(absl::Duration d, absl::string_view path) {
+  if (d < absl::ZeroDuration()) {
+    return Invalid(path, absl::StrCat("must not be negative, got ", absl::FormatDuration(d)));
+  }
+  return AtMostMax(d, path);
 }
 
 bool NameChar(char c) {
@@ -34,7 +50,7 @@ absl::Status ValidateName(absl::string_view name, absl::string_view path) {
   }
   for (char c : name) {
     if (!NameChar(c)) {
-      return Invalid(path, absl::StrCat("may only contain A-Za-z0-9._:/@-, got \"", name, "\""));
+      return Invalid(path, absl::StrCat("may only contain A-Za-z0-9._:/@-, got \"", absl::CHexEscape(name), "\""));
     }
   }
   return absl::OkStatus();
@@ -48,10 +64,7 @@ absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
   if (t.cost < 0 || t.cost != t.cost) {
     return Invalid(absl::StrCat(path, ".cost"), absl::StrCat("must be >= 0, got ", t.cost));
   }
-  if (t.timeout < absl::ZeroDuration()) {
-    return Invalid(absl::StrCat(path, ".timeout"),
-                   absl::StrCat("must not be negative, got ", absl::FormatDuration(t.timeout)));
-  }
+  RETURN_IF_ERROR(NonNegative(t.timeout, absl::StrCat(path, ".timeout")));
   if (t.weight > 1000000) {
     return Invalid(absl::StrCat(path, ".weight"), absl::StrCat("must be at most 1000000, got ", t.weight));
   }
@@ -82,10 +95,7 @@ absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
     return Invalid(absl::StrCat(path, ".recovery.probes"),
                    absl::StrCat("must be 1..100, got ", p.recovery_probes));
   }
-  if (p.recovery_min_dwell < absl::ZeroDuration()) {
-    return Invalid(absl::StrCat(path, ".recovery.min_dwell"),
-                   absl::StrCat("must not be negative, got ", absl::FormatDuration(p.recovery_min_dwell)));
-  }
+  RETURN_IF_ERROR(NonNegative(p.recovery_min_dwell, absl::StrCat(path, ".recovery.min_dwell")));
   if (!(p.backoff_factor >= 1.0 && p.backoff_factor <= 100.0)) {
     return Invalid(absl::StrCat(path, ".backoff.factor"), absl::StrCat("must be 1..100, got ", p.backoff_factor));
   }

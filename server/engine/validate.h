@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/engine/model.h"
 
 namespace failover {
@@ -17,6 +18,8 @@ inline constexpr size_t kMaxChainTargets = 64;
 inline constexpr size_t kMaxLabels = 64;
 inline constexpr size_t kMaxLabelBytes = 4096;
 inline constexpr size_t kMaxPhrases = 256;
+// Longest duration any setting takes; also keeps "inf" out of the arithmetic.
+inline constexpr absl::Duration kMaxDuration = absl::Hours(24 * 30);
 
 // 1..128 characters of A-Za-z0-9._:/@-
 [[nodiscard]] absl::Status ValidateName(absl::string_view name, absl::string_view path);

@@ -1,6 +1,10 @@
 // Bearer tokens with two roles, and TLS, through the real binaries.
+#include <signal.h>
+
+#include <cstdio>
 #include <fstream>
 
+#include "client/connection.h"
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
 
@@ -46,6 +50,70 @@ TEST(SecurityTest, ABadTokensFileStopsFailoverd) {
   std::string error;
   EXPECT_FALSE(proc.Start(&error));
   EXPECT_THAT(error, HasSubstr(tokens + ":1: expected"));
+}
+
+TEST(SecurityTest, TokensReloadOnSighupAndNeverReachTheLog) {
+  TempDir data, secrets;
+  const std::string tokens = secrets.path() + "/tokens";
+  std::ofstream(tokens) << "admin first-secret\n";
+  FailoverdProcess proc({data.path(), {"--tokens-file", tokens, "--log-level", "debug"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto status_with = [&](const std::string& token) {
+    return RunCommand({FailoverctlBinary(), "--server", proc.address(), "--token", token, "status"}).exit_code;
+  };
+  EXPECT_EQ(status_with("first-secret"), 0);
+  EXPECT_EQ(status_with("second-secret"), 1);
+
+  // Rotate: write the new file whole, then SIGHUP.
+  std::ofstream(tokens + ".new") << "admin second-secret\n";
+  ASSERT_EQ(std::rename((tokens + ".new").c_str(), tokens.c_str()), 0);
+  ASSERT_EQ(kill(proc.pid(), SIGHUP), 0);
+  ASSERT_TRUE(Eventually([&] { return status_with("second-secret") == 0; }));
+  EXPECT_EQ(status_with("first-secret"), 1);
+
+  // A broken file keeps the tokens in use.
+  std::ofstream(tokens) << "superuser third-secret\n";
+  ASSERT_EQ(kill(proc.pid(), SIGHUP), 0);
+  ASSERT_TRUE(Eventually([&] { return proc.Stderr().find("tokens not reloaded") != std::string::npos; }));
+  EXPECT_EQ(status_with("second-secret"), 0);
+  EXPECT_EQ(status_with("third-secret"), 1);
+
+  for (const std::string secret : {"first-secret", "second-secret", "third-secret"}) {
+    EXPECT_THAT(proc.Stderr(), ::testing::Not(HasSubstr(secret)));
+  }
+  EXPECT_THAT(proc.Stderr(), ::testing::Not(HasSubstr("no --tokens-file")));
+}
+
+TEST(SecurityTest, AnOpenServerWarnsOnceAtStart) {
+  TempDir data;
+  FailoverdProcess proc({data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  const std::string log = proc.Stderr();
+  const size_t first = log.find("no --tokens-file");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("no --tokens-file", first + 1), std::string::npos);
+}
+
+TEST(SecurityTest, CertificatesThatCannotBeReadStopFailoverd) {
+  TempDir data, pki;
+  const std::string garbage = pki.path() + "/garbage.pem";
+  std::ofstream(garbage) << "this is not a certificate\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  } cases[] = {
+      {{"--tls-cert", pki.path() + "/missing.pem", "--tls-key", garbage}, "missing.pem"},
+      {{"--tls-cert", garbage, "--tls-key", garbage}, "garbage.pem"},
+      {{"--tls-client-ca", garbage}, "--tls-client-ca needs --tls-cert and --tls-key"},
+  };
+  for (const Case& c : cases) {
+    FailoverdProcess proc({data.path(), c.args});
+    std::string error;
+    EXPECT_FALSE(proc.Start(&error));
+    EXPECT_THAT(error, HasSubstr(c.expected));
+  }
 }
 
 TEST(SecurityTest, TlsServesClientsThatTrustItsCertificate) {
@@ -95,6 +163,22 @@ TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   CommandResult without = RunCommand(
       {FailoverctlBinary(), "--server", proc.address(), "--tls-ca", dir + "/ca.crt", "--timeout", "2", "status"});
   EXPECT_NE(without.exit_code, 0);
+
+  // The client library connects the same way.
+  client::ConnectionOptions options;
+  options.server = proc.address();
+  options.tls_ca = dir + "/ca.crt";
+  options.tls_cert = dir + "/client.crt";
+  options.tls_key = dir + "/client.key";
+  auto channel = client::OpenChannel(options);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  auto stub = v1::DecisionService::NewStub(*channel);
+  grpc::ClientContext ctx;
+  client::PrepareContext(options, &ctx);
+  v1::PickTargetRequest pick;
+  pick.set_chain("nope");
+  v1::PickTargetResponse plan;
+  EXPECT_EQ(stub->PickTarget(&ctx, pick, &plan).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

@@ -569,9 +569,25 @@ TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {
   EXPECT_EQ(r.retry_delay, absl::Seconds(7));
 }
 
-TEST_F(EngineTest, ReportForAnUnknownOrExpiredDecisionStillUpdatesHealthAndGetsAVerdict) {
+TEST_F(EngineTest, AReportWithADecisionIdFailoverdNeverIssuedIsRefusedAndCountsNothing) {
   TwoTargetChain();
-  ReportResult unknown = Report("garbage", "argus-llm", Http(500), "assistant-llm");
+  ReportRequest req;
+  req.decision_id = "garbage";
+  req.target = "argus-llm";
+  req.chain = "assistant-llm";
+  req.facts = Http(500);
+  ReportResult r;
+  Events events;
+  absl::Status s = engine_.Report(req, now_, &r, &events);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("decision_id: \"garbage\" is not a decision id"));
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(engine_.GetTarget("argus-llm")->status.last_error, "");
+}
+
+TEST_F(EngineTest, ReportWithoutOrWithAnExpiredDecisionStillUpdatesHealthAndGetsAVerdict) {
+  TwoTargetChain();
+  ReportResult unknown = Report("", "argus-llm", Http(500), "assistant-llm");
   EXPECT_FALSE(unknown.decision_known);
   EXPECT_EQ(unknown.verdict, Verdict::kTryNext);
   EXPECT_EQ(unknown.next.target->config.name, "gemma-local");

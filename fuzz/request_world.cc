@@ -1,0 +1,90 @@
+#include "fuzz/request_world.h"
+
+#include "server/api/wire.h"
+#include "server/engine/status_macros.h"
+
+namespace failover::fuzz {
+namespace {
+
+api::ServiceContext Context(World* w) {
+  api::ServiceContext ctx;
+  ctx.engine = &w->engine;
+  ctx.clock = &w->clock;
+  ctx.events = &w->events;
+  ctx.started = w->clock.Now();
+  ctx.version = "fuzz";
+  return ctx;
+}
+
+template <class Service, class Request, class Response>
+Method Typed(std::string name, Service World::*service, absl::Status (Service::*handler)(const Request&, Response*)) {
+  return Method{std::move(name), [service, handler](World& w, const grpc::ByteBuffer& in) -> absl::Status {
+                  Request request;
+                  Response response;
+                  RETURN_IF_ERROR(api::ParseRequest(in, &request));
+                  RETURN_IF_ERROR(((w.*service).*handler)(request, &response));
+                  grpc::ByteBuffer out;
+                  return api::SerializeResponse(response, &out);
+                }};
+}
+
+// WatchEvents runs as a stream on a live call; only its request parsing is
+// reachable here.
+Method ParseOnly(std::string name, std::function<google::protobuf::Message*()> make) {
+  return Method{std::move(name), [make](World&, const grpc::ByteBuffer& in) {
+                  std::unique_ptr<google::protobuf::Message> request(make());
+                  return api::ParseRequest(in, request.get());
+                }};
+}
+
+}  // namespace
+
+World::World()
+    : decision(Context(this), api::WatchOptions()), admin(Context(this)) {
+  ConfigChange change;
+  for (const char* name : {"a", "b", "c"}) {
+    TargetConfig t;
+    t.name = name;
+    change.targets.push_back(t);
+  }
+  change.targets[2].kind = TargetKind::kLocal;
+  ChainConfig ch;
+  ch.name = "ch";
+  ch.targets = {"a", "b"};
+  ChainConfig ch2;
+  ch2.name = "ch2";
+  ch2.targets = {"b", "c"};
+  ch2.policy.trip_errors = 1;
+  change.chains = {ch, ch2};
+  auto applied = engine.Apply(change, ApplyOptions(), clock.Now());
+  if (!applied.ok()) __builtin_trap();
+}
+
+const std::vector<Method>& Methods() {
+  using api::AdminService;
+  using api::DecisionService;
+  static const auto* methods = new std::vector<Method>{
+      Typed("PickTarget", &World::decision, &DecisionService::Pick),
+      Typed("ReportOutcome", &World::decision, &DecisionService::Report),
+      Typed("Probe", &World::decision, &DecisionService::DoProbe),
+      ParseOnly("WatchEvents", [] { return new v1::WatchEventsRequest(); }),
+      Typed("Apply", &World::admin, &AdminService::DoApply),
+      Typed("GetTarget", &World::admin, &AdminService::DoGetTarget),
+      Typed("ListTargets", &World::admin, &AdminService::DoListTargets),
+      Typed("DeleteTarget", &World::admin, &AdminService::DoDeleteTarget),
+      Typed("GetChain", &World::admin, &AdminService::DoGetChain),
+      Typed("ListChains", &World::admin, &AdminService::DoListChains),
+      Typed("DeleteChain", &World::admin, &AdminService::DoDeleteChain),
+      Typed("PinChain", &World::admin, &AdminService::DoPinChain),
+      Typed("UnpinChain", &World::admin, &AdminService::DoUnpinChain),
+      Typed("TriggerFailover", &World::admin, &AdminService::DoTriggerFailover),
+      Typed("CancelFailover", &World::admin, &AdminService::DoCancelFailover),
+      Typed("SetTargetEnabled", &World::admin, &AdminService::DoSetTargetEnabled),
+      Typed("ProbeNow", &World::admin, &AdminService::DoProbeNow),
+      Typed("ListEvents", &World::admin, &AdminService::DoListEvents),
+      Typed("GetStatus", &World::admin, &AdminService::DoGetStatus),
+  };
+  return *methods;
+}
+
+}  // namespace failover::fuzz

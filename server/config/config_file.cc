@@ -41,10 +41,16 @@ std::string Show(const YAML::Node& node) {
   return "nothing";
 }
 
+// A map key: YAML allows a list or a map as a key (`? - a`); a config never does.
+absl::StatusOr<std::string> Key(const Where& w, const YAML::Node& key) {
+  if (!key.IsScalar()) return Error(At(w, key, "(key)"), absl::StrCat("keys must be plain words, got ", Show(key)));
+  return key.Scalar();
+}
+
 absl::Status CheckKeys(const Where& w, const YAML::Node& map, std::initializer_list<const char*> allowed) {
   if (!map.IsMap()) return Error(w, absl::StrCat("must be a map, got ", Show(map)));
   for (const auto& kv : map) {
-    const std::string key = kv.first.as<std::string>();
+    ASSIGN_OR_RETURN(const std::string key, Key(w, kv.first));
     if (std::find_if(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; }) == allowed.end()) {
       return Error(At(w, kv.first, key), "unknown field");
     }
@@ -171,7 +177,7 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   RETURN_IF_ERROR(Field(w, n, "same_target_retries", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     if (!v.IsMap()) return Error(x, absl::StrCat("must be a map of reason: retries, got ", Show(v)));
     for (const auto& kv : v) {
-      const std::string name = kv.first.as<std::string>();
+      ASSIGN_OR_RETURN(const std::string name, Key(x, kv.first));
       const Where at = At(x, kv.first, name);
       Reason reason;
       if (!ParseReason(name, &reason)) return Error(at, "unknown reason");
@@ -214,7 +220,7 @@ absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
   RETURN_IF_ERROR(Field(w, n, "labels", [&](const Where& x, const YAML::Node& v) -> absl::Status {
     if (!v.IsMap()) return Error(x, absl::StrCat("must be a map of strings, got ", Show(v)));
     for (const auto& kv : v) {
-      const std::string key = kv.first.as<std::string>();
+      ASSIGN_OR_RETURN(const std::string key, Key(x, kv.first));
       ASSIGN_OR_RETURN(t.labels[key], String(At(x, kv.second, key), kv.second));
     }
     return absl::OkStatus();
@@ -249,13 +255,7 @@ absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
   return c;
 }
 
-absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
-  }
+absl::Status ParseDocuments(const std::vector<YAML::Node>& docs, const std::string& file, LoadedConfig* out) {
   for (const YAML::Node& doc : docs) {
     if (!doc || doc.IsNull()) continue;
     const Where root{file, "", doc.Mark().line + 1};
@@ -280,6 +280,22 @@ absl::Status ParseInto(const std::string& text, const std::string& file, LoadedC
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  }
+  try {
+    return ParseDocuments(docs, file, out);
+  } catch (const YAML::Exception& e) {
+    // Every access is checked before it is made; this backstop keeps a config
+    // file from ever taking failoverd down (the fuzzer found one unchecked).
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not a valid config: ", e.msg));
+  }
 }
 
 std::vector<std::string> ConfigFiles(const std::string& path, absl::Status* error) {

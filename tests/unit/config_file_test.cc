@@ -64,6 +64,10 @@ TEST(ConfigFileTest, ParseErrorsNameFileLineAndField) {
       {"nodes: []\n", "f.yaml:1: nodes: unknown field"},
       {"chains:\n  - name: c\n    targets: [a, b]\n    policy: {same_target_retries: {sleepy: 1}}\n",
        "chains[0].policy.same_target_retries.sleepy: unknown reason"},
+      // Found by the config fuzzer: a list as a map key used to throw out of the parser.
+      {"chains:\n  - name: c\n    ? - upstream failed\n      - overloaded\n",
+       "f.yaml:3: chains[0].(key): keys must be plain words, got a list"},
+      {"targets:\n  - name: a\n    labels: {? [x]: y}\n", "targets[0].labels.(key): keys must be plain words"},
   };
   for (const Case& c : cases) {
     auto loaded = ParseConfigText(c.text, "f.yaml");

@@ -1,0 +1,150 @@
+// The hot path touches memory only (DESIGN 2): a ReportOutcome that changes no
+// state never reaches the disk, and while a trip's transition is being written,
+// picks and quiet reports on other chains carry on. The write is held open
+// with a sink that blocks until the test lets it go.
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "server/api/decision_service.h"
+#include "server/api/event_log.h"
+#include "server/engine/clock.h"
+#include "server/engine/engine.h"
+
+namespace failover::api {
+namespace {
+
+namespace v1 = ::failover::v1;
+
+// Stands in for the data dir: counts batches and can hold one open.
+class BlockingSink {
+ public:
+  void Write() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++writes_;
+    writing_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return !hold_; });
+    writing_ = false;
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = false;
+    changed_.notify_all();
+  }
+  bool WaitUntilWriting() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(10), [&] { return writing_; });
+  }
+  int writes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int writes_ = 0;
+  bool writing_ = false;
+  bool hold_ = false;
+};
+
+class HotPathTest : public ::testing::Test {
+ protected:
+  HotPathTest() : service_(Context(), WatchOptions()) {
+    events_.SetSink([this](const Events&) { sink_.Write(); });
+    ConfigChange change;
+    for (const char* name : {"a", "b", "c", "d"}) {
+      TargetConfig t;
+      t.name = name;
+      change.targets.push_back(t);
+    }
+    ChainConfig tripping;
+    tripping.name = "tripping";
+    tripping.targets = {"a", "b"};
+    tripping.policy.trip_errors = 1;
+    ChainConfig other;
+    other.name = "other";
+    other.targets = {"c", "d"};
+    other.policy.trip_errors = 3;
+    change.chains = {tripping, other};
+    EXPECT_TRUE(engine_.Apply(change, ApplyOptions(), clock_.Now()).ok());
+  }
+
+  ServiceContext Context() {
+    ServiceContext ctx;
+    ctx.engine = &engine_;
+    ctx.clock = &clock_;
+    ctx.events = &events_;
+    return ctx;
+  }
+
+  v1::PickTargetResponse Pick(const std::string& chain) {
+    v1::PickTargetRequest req;
+    req.set_chain(chain);
+    v1::PickTargetResponse resp;
+    EXPECT_TRUE(service_.Pick(req, &resp).ok());
+    return resp;
+  }
+
+  v1::ReportOutcomeResponse Report(const std::string& chain, const std::string& target, uint32_t http_status) {
+    v1::ReportOutcomeRequest req;
+    req.set_decision_id(Pick(chain).decision_id());
+    req.set_target(target);
+    if (http_status == 0) {
+      req.mutable_success();
+    } else {
+      req.mutable_failure()->set_http_status(http_status);
+    }
+    v1::ReportOutcomeResponse resp;
+    EXPECT_TRUE(service_.Report(req, &resp).ok());
+    return resp;
+  }
+
+  SimulatedClock clock_;
+  Engine engine_;
+  EventLog events_;
+  BlockingSink sink_;
+  DecisionService service_;
+};
+
+TEST_F(HotPathTest, AReportThatChangesNothingWritesNothing) {
+  Report("other", "c", 0);  // UNKNOWN -> HEALTHY: one transition, one batch each
+  Report("other", "d", 0);
+  const int after_first = sink_.writes();
+  EXPECT_EQ(after_first, 2);
+  for (int i = 0; i < 100; ++i) {
+    Report("other", "c", 0);
+    Pick("tripping");
+  }
+  Report("other", "d", 503);  // one failure of the three that trip it: no state change
+  EXPECT_EQ(sink_.writes(), after_first);
+}
+
+TEST_F(HotPathTest, PicksAndQuietReportsOnOtherChainsCarryOnWhileATripIsBeingWritten) {
+  Report("other", "c", 0);
+  const int before = sink_.writes();
+  sink_.Hold();
+  std::thread tripper([&] { Report("tripping", "a", 503); });
+  ASSERT_TRUE(sink_.WaitUntilWriting());
+
+  // The trip's batch is still being written; the other chain is served meanwhile.
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(Pick("other").attempts(0).target(), "c");
+    EXPECT_EQ(Report("other", "c", 0).verdict(), v1::VERDICT_DONE);
+  }
+  EXPECT_EQ(sink_.writes(), before + 1);  // only the trip's
+
+  sink_.Release();
+  tripper.join();
+  EXPECT_EQ(Pick("tripping").attempts(0).target(), "b");
+}
+
+}  // namespace
+}  // namespace failover::api

@@ -1,6 +1,8 @@
 #include "server/config_reloader.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "server/api/release_memory.h"
 #include "server/config/config_file.h"
 #include "server/engine/status_macros.h"
 #include "server/log/log.h"
@@ -20,6 +22,7 @@ ConfigReloader::~ConfigReloader() {
 
 absl::Status ConfigReloader::Apply() {
   absl::MutexLock lock(&mu_);
+  absl::Cleanup release = [] { api::ReleaseFreedMemory(); };  // runs last, after the temporaries below are freed
   const std::string fingerprint = config::Fingerprint(path_);
   ASSIGN_OR_RETURN(config::LoadedConfig loaded, config::LoadConfigPath(path_));
   ApplyOptions options;

@@ -23,6 +23,7 @@
 #include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
+#include "server/api/release_memory.h"
 #include "server/api/service_context.h"
 #include "server/config_reloader.h"
 #include "server/engine/clock.h"
@@ -207,7 +208,7 @@ int Run(const Flags& flags) {
   if (recent.ok()) event_log.Preload(std::move(recent).value());
   auto registry = std::make_shared<prometheus::Registry>();
   failover::api::Metrics metrics(*registry);
-  metrics.Seed(engine);
+  auto state_gauges = std::make_shared<failover::api::StateCollector>(&engine);
   event_log.SetSink([&](const failover::Events& events) {
     PersistTransitions(*store, engine, events);
     metrics.OnEvents(events);
@@ -221,6 +222,8 @@ int Run(const Flags& flags) {
                                {"generation", std::to_string(restored->generation)},
                                {"next_sequence", std::to_string(store->next_sequence())},
                                {"took", absl::FormatDuration(clock.Now() - restore_start)}});
+  *restored = failover::RestoredState();
+  failover::api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
 
   std::unique_ptr<failover::ConfigReloader> reloader;
   if (!flags.config.empty()) {
@@ -244,6 +247,7 @@ int Run(const Flags& flags) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(flags.metrics_listen);
       exposer->RegisterCollectable(registry);
+      exposer->RegisterCollectable(state_gauges);
     } catch (const std::exception& e) {
       log::Error(absl::StrCat("cannot listen for metrics on ", flags.metrics_listen, ": ", e.what()));
       return 1;
@@ -401,6 +405,7 @@ int main(int argc, char** argv) {
   log::ParseLevel(flags.log_level, &level);
   log::Configure(level, flags.log_format == "json");
   RouteProtobufLogs();
+  failover::api::KeepLargeAllocationsSeparate();
 
   // Block the shutdown and reload signals in every thread; Run() waits for them.
   const sigset_t signals = HandledSignals();

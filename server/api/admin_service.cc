@@ -2,9 +2,11 @@
 // the events it returns, convert back. Decisions live in the engine.
 #include "server/api/admin_service.h"
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
+#include "server/api/release_memory.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
 #include "server/engine/status_macros.h"
@@ -143,6 +145,7 @@ absl::Status AdminService::ChainViewOf(const std::string& name, failover::v1::Ch
 }
 
 absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp) {
+  absl::Cleanup release = [] { ReleaseFreedMemory(); };  // runs last, after the temporaries below are freed
   ASSIGN_OR_RETURN(ConfigChange change, ConfigChangeFromProto(req));
   ApplyOptions options;
   options.dry_run = req.dry_run();

@@ -64,7 +64,9 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   Events events;
   const absl::Time started = absl::Now();
   const absl::Status status = ctx_.engine->Pick(pick, ctx_.clock->Now(), &plan, &events);
-  if (ctx_.metrics != nullptr) ctx_.metrics->OnPick(pick.chain, status.ok(), absl::Now() - started);
+  if (ctx_.metrics != nullptr) {
+    ctx_.metrics->OnPick(pick.chain, status.code() != absl::StatusCode::kNotFound, status.ok(), absl::Now() - started);
+  }
   ctx_.events->Publish(std::move(events));
   RETURN_IF_ERROR(status);
   resp->set_decision_id(plan.decision_id);

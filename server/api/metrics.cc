@@ -1,32 +1,12 @@
 #include "server/api/metrics.h"
 
 namespace failover::api {
-namespace {
-
-constexpr HealthState kHealthStates[] = {HealthState::kUnknown, HealthState::kHealthy,  HealthState::kDown,
-                                         HealthState::kRecovering, HealthState::kDisabled, HealthState::kManual};
-constexpr ChainState kChainStates[] = {ChainState::kPrimary, ChainState::kFallback, ChainState::kDegraded,
-                                       ChainState::kPinned};
-
-}  // namespace
 
 Metrics::Metrics(prometheus::Registry& r)
     : switches_(prometheus::BuildCounter()
                     .Name("failover_switches_total")
                     .Help("Changes of a chain's active target or state, by reason.")
                     .Register(r)),
-      target_up_(prometheus::BuildGauge()
-                     .Name("failover_target_up")
-                     .Help("1 when the target is usable (healthy or not yet judged), else 0.")
-                     .Register(r)),
-      target_state_(prometheus::BuildGauge()
-                        .Name("failover_target_state")
-                        .Help("1 for the target's current health state, 0 for the others.")
-                        .Register(r)),
-      chain_state_(prometheus::BuildGauge()
-                       .Name("failover_chain_state")
-                       .Help("1 for the chain's current state, 0 for the others.")
-                       .Register(r)),
       decisions_(prometheus::BuildCounter()
                      .Name("failover_decisions_total")
                      .Help("PickTarget calls by chain and result (ok or error).")
@@ -52,41 +32,52 @@ Metrics::Metrics(prometheus::Registry& r)
                         .Register(r)
                         .Add({})) {}
 
-void Metrics::Seed(const Engine& engine) {
-  absl::MutexLock lock(&mu_);
-  for (const TargetView& t : engine.ListTargets()) SetTargetState(t.config.name, t.status.health);
-  for (const ChainView& c : engine.ListChains()) SetChainState(c.config.name, c.status.state);
+namespace {
+
+prometheus::MetricFamily GaugeFamily(std::string name, std::string help, size_t size) {
+  prometheus::MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = prometheus::MetricType::Gauge;
+  family.metric.reserve(size);
+  return family;
 }
 
-void Metrics::SetTargetState(const std::string& target, HealthState state) {
-  auto& gauges = gauges_of_[target];
-  const bool fresh = gauges.empty();
-  if (fresh) gauges.push_back(&target_up_.Add({{"target", target}}));
-  gauges[0]->Set(state == HealthState::kHealthy || state == HealthState::kUnknown ? 1 : 0);
-  for (size_t i = 0; i < std::size(kHealthStates); ++i) {
-    if (fresh) gauges.push_back(&target_state_.Add({{"target", target}, {"state", HealthStateName(kHealthStates[i])}}));
-    gauges[i + 1]->Set(kHealthStates[i] == state ? 1 : 0);
-  }
+// Labels in name order, as prometheus-cpp's own families print them.
+void AddGauge(prometheus::MetricFamily* family, std::vector<prometheus::ClientMetric::Label> labels, double value) {
+  prometheus::ClientMetric& m = family->metric.emplace_back();
+  m.label = std::move(labels);
+  m.gauge.value = value;
 }
 
-void Metrics::SetChainState(const std::string& chain, ChainState state) {
-  auto& gauges = gauges_of_[chain];
-  const bool fresh = gauges.empty();
-  for (size_t i = 0; i < std::size(kChainStates); ++i) {
-    if (fresh) gauges.push_back(&chain_state_.Add({{"chain", chain}, {"state", ChainStateName(kChainStates[i])}}));
-    gauges[i]->Set(kChainStates[i] == state ? 1 : 0);
+}  // namespace
+
+std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
+  const std::shared_ptr<const Snapshot> snap = engine_->snapshot();
+  prometheus::MetricFamily up = GaugeFamily(
+      "failover_target_up", "1 when the target is usable (healthy or not yet judged), else 0.", snap->targets.size());
+  prometheus::MetricFamily target_state = GaugeFamily(
+      "failover_target_state", "1, labelled with the target's current health state.", snap->targets.size());
+  prometheus::MetricFamily chain_state =
+      GaugeFamily("failover_chain_state", "1, labelled with the chain's current state.", snap->chains.size());
+  for (const TargetEntry& t : snap->targets) {
+    const HealthState health = t.rt->Effective();
+    const bool usable = health == HealthState::kHealthy || health == HealthState::kUnknown;
+    AddGauge(&up, {{"target", t.config.name}}, usable ? 1 : 0);
+    AddGauge(&target_state, {{"state", HealthStateName(health)}, {"target", t.config.name}}, 1);
   }
+  for (const ChainEntry& c : snap->chains) {
+    ChainState state;
+    {
+      std::lock_guard<std::mutex> lock(c.rt->mu);
+      state = c.rt->state;
+    }
+    AddGauge(&chain_state, {{"chain", c.config.name}, {"state", ChainStateName(state)}}, 1);
+  }
+  return {std::move(up), std::move(target_state), std::move(chain_state)};
 }
 
 void Metrics::Forget(const std::string& name) {
-  if (auto it = gauges_of_.find(name); it != gauges_of_.end()) {
-    for (prometheus::Gauge* g : it->second) {
-      target_up_.Remove(g);
-      target_state_.Remove(g);
-      chain_state_.Remove(g);
-    }
-    gauges_of_.erase(it);
-  }
   if (auto it = counters_of_.find(name); it != counters_of_.end()) {
     for (prometheus::Counter* c : it->second) {
       switches_.Remove(c);
@@ -105,7 +96,6 @@ void Metrics::OnEvents(const Events& events) {
   for (const Event& e : events) {
     switch (e.kind) {
       case EventKind::kChainSwitched: {
-        SetChainState(e.chain, e.to_chain_state);
         if (e.switch_reason == SwitchReason::kInitial) break;
         prometheus::Counter& c = switches_.Add({{"chain", e.chain},
                                                 {"from", e.from_target},
@@ -116,7 +106,7 @@ void Metrics::OnEvents(const Events& events) {
         if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
         break;
       }
-      case EventKind::kTargetState: SetTargetState(e.target, e.to_health); break;
+      case EventKind::kTargetState: break;  // StateCollector reads states at scrape time
       case EventKind::kConfigChanged:
         if (e.change == ConfigChangeKind::kDeleted) Forget(e.object_name);
         break;
@@ -124,7 +114,7 @@ void Metrics::OnEvents(const Events& events) {
   }
 }
 
-void Metrics::OnPick(const std::string& chain, bool ok, absl::Duration latency) {
+void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency) {
   decision_seconds_.Observe(absl::ToDoubleSeconds(latency));
   {
     absl::ReaderMutexLock lock(&mu_);
@@ -136,7 +126,7 @@ void Metrics::OnPick(const std::string& chain, bool ok, absl::Duration latency) 
   }
   absl::MutexLock lock(&mu_);
   // Unknown chains are counted under one label so a caller cannot grow the label set.
-  if (!gauges_of_.contains(chain)) {
+  if (!known) {
     prometheus::Counter*& c = ok ? unknown_chain_ok_ : unknown_chain_error_;
     if (c == nullptr) c = &decisions_.Add({{"chain", "(unknown)"}, {"result", ok ? "ok" : "error"}});
     c->Increment();

@@ -1,15 +1,19 @@
-// Prometheus metrics (DESIGN 3.9). State gauges follow the events, so they
-// cost nothing on the hot path; per-decision counters are cached per chain
-// and target. Label sets of deleted chains and targets are removed, so
-// cardinality stays bounded by the configured objects.
+// Prometheus metrics (DESIGN 3.9). The per-target and per-chain state gauges
+// are read from the engine when Prometheus scrapes (StateCollector), so they
+// hold no memory per object and cost nothing on the hot path. Per-decision
+// counters are cached per chain and target; the label sets of deleted chains
+// and targets are removed, so cardinality stays bounded by the configured
+// objects.
 #pragma once
 
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -19,28 +23,33 @@
 
 namespace failover::api {
 
+// failover_target_up, failover_target_state and failover_chain_state, built
+// at each scrape from the engine's current snapshot.
+class StateCollector final : public prometheus::Collectable {
+ public:
+  explicit StateCollector(const Engine* engine) : engine_(engine) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const Engine* engine_;
+};
+
 class Metrics {
  public:
   explicit Metrics(prometheus::Registry& registry);
 
-  // Sets every state gauge from the engine (at start).
-  void Seed(const Engine& engine);
-  // Follows switches, state changes and deletions.
+  // Follows switches and deletions.
   void OnEvents(const Events& events);
-  void OnPick(const std::string& chain, bool ok, absl::Duration latency);
+  // `known`: the chain exists (unknown names share one label).
+  void OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency);
   void OnOutcome(const std::string& target, Reason reason);
   void SetWatchers(size_t n);
   void SetProbeLeases(size_t n);
 
  private:
-  void SetTargetState(const std::string& target, HealthState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetChainState(const std::string& chain, ChainState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Counter>& switches_;
-  prometheus::Family<prometheus::Gauge>& target_up_;
-  prometheus::Family<prometheus::Gauge>& target_state_;
-  prometheus::Family<prometheus::Gauge>& chain_state_;
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Counter>& outcomes_;
   prometheus::Histogram& decision_seconds_;
@@ -50,7 +59,6 @@ class Metrics {
   absl::Mutex mu_;
   // name -> its label sets, so a deleted object's series can be removed.
   absl::flat_hash_map<std::string, std::vector<prometheus::Counter*>> counters_of_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::vector<prometheus::Gauge*>> gauges_of_ ABSL_GUARDED_BY(mu_);
   // Hot-path counters, created once per label set and then only read (reader
   // lock) so picks and reports do not serialize on a global lock.
   absl::flat_hash_map<std::string, prometheus::Counter*> decision_ok_ ABSL_GUARDED_BY(mu_);

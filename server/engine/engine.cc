@@ -277,10 +277,23 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
   }
   std::vector<bool> has_settings(snap->targets.size(), false);
   snap->chains.reserve(chains.size());
+  // Most chains classify alike (usually by the defaults): compile each distinct
+  // rule set once. A compiled rule set is several KiB.
+  absl::flat_hash_map<std::string, std::shared_ptr<const FailoverRules>> compiled;
   for (ChainConfig& c : chains) {
     ChainEntry e;
     e.config = std::move(c);
-    e.rules = FailoverRules::Compile(e.config.policy, "policy").value();  // validated before
+    const Policy& p = e.config.policy;
+    std::string key = absl::StrCat(absl::StrJoin(p.retry_on_statuses, "\x1f"), "\x1e",
+                                   absl::StrJoin(p.retry_on_errors, "\x1f"), "\x1e");
+    for (const auto& [reason, retries] : p.same_target_retries) {
+      absl::StrAppend(&key, static_cast<int>(reason), "=", retries, ",");
+    }
+    std::shared_ptr<const FailoverRules>& rules = compiled[key];
+    if (rules == nullptr) {
+      rules = std::make_shared<const FailoverRules>(FailoverRules::Compile(p, "policy").value());  // validated before
+    }
+    e.rules = rules;
     e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy.max_attempts,
                      e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
@@ -656,7 +669,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   }
   static const FailoverRules* const kDefaultRules = new FailoverRules();
   static const Policy* const kDefaultPolicy = new Policy();
-  const FailoverRules& rules = chain ? chain->rules : *kDefaultRules;
+  const FailoverRules& rules = chain ? *chain->rules : *kDefaultRules;
   const Policy& policy = chain ? chain->config.policy : *kDefaultPolicy;
 
   const Classification c = rules.Classify(req.facts);

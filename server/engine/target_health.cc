@@ -65,7 +65,7 @@ bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std:
   recovery_passes_ = 0;
   auto go_down = [&](std::string reason) {
     ++trips_;
-    failures_.clear();
+    failures_.Clear();
     probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
     Set(HealthState::kDown, now, std::move(reason), out);
     return true;
@@ -82,8 +82,8 @@ bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std:
       break;
   }
   // A failure is inside the window while now - t < window.
-  while (!failures_.empty() && now - failures_.front() >= s.trip_window) failures_.pop_front();
-  failures_.push_back(now);
+  failures_.DropUpTo(now - s.trip_window);
+  failures_.Add(now);
   if (failures_.size() < s.trip_errors) return false;
   const std::string reason =
       s.trip_errors == 1 ? summary
@@ -93,7 +93,7 @@ bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std:
 }
 
 bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out) {
-  failures_.clear();
+  failures_.Clear();
   switch (state_) {
     case HealthState::kUnknown:
       Set(HealthState::kHealthy, now, "passed", out);
@@ -140,7 +140,7 @@ void TargetHealth::Restore(HealthState state, absl::Time since, uint32_t trips, 
   since_ = since;
   trips_ = trips;
   recovery_passes_ = recovery_passes;
-  failures_.clear();
+  failures_.Clear();
 }
 
 }  // namespace failover

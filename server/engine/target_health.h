@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "server/engine/model.h"
@@ -36,6 +36,33 @@ struct HealthTransition {
   HealthState from = HealthState::kUnknown;
   HealthState to = HealthState::kUnknown;
   std::string reason;
+};
+
+// The counted failures inside the trip window, oldest first. Allocates
+// nothing until the first failure: most targets never fail, and a std::deque
+// would take 576 bytes per target up front.
+class FailureWindow {
+ public:
+  size_t size() const { return times_.size() - head_; }
+  void Clear() {
+    times_.clear();
+    head_ = 0;
+  }
+  // Forgets failures at or before `cutoff`.
+  void DropUpTo(absl::Time cutoff) {
+    while (head_ < times_.size() && times_[head_] <= cutoff) ++head_;
+  }
+  void Add(absl::Time t) {
+    if (head_ > 0 && head_ * 2 >= times_.size()) {  // reclaim the dropped front now and then
+      times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+    times_.push_back(t);
+  }
+
+ private:
+  std::vector<absl::Time> times_;
+  size_t head_ = 0;
 };
 
 class TargetHealth {
@@ -70,7 +97,7 @@ class TargetHealth {
 
   HealthState state_ = HealthState::kUnknown;
   absl::Time since_ = absl::InfinitePast();
-  std::deque<absl::Time> failures_;  // counted failures, oldest first, at most trip_errors
+  FailureWindow failures_;  // at most trip_errors
   uint32_t recovery_passes_ = 0;
   uint32_t trips_ = 0;  // n of the backoff formula
   absl::Time last_failure_ = absl::InfinitePast();

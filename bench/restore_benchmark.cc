@@ -1,7 +1,9 @@
-// Restore time and memory after a restart: a data dir holding 10,000 chains
-// of 8 targets (20,000 targets, 80,000 references) with health and chain-state
-// records, then the real failoverd started on it. Reports the time from spawn
-// to serving (port written, which happens after the restore) and its RSS.
+// Restore time and memory: a data dir holding 10,000 chains of 8 targets
+// (20,000 targets, 80,000 references) with health and chain-state records,
+// then the real failoverd started on it. Reports the time from spawn to
+// serving (port written, which happens after the restore) and the RSS growth
+// per chain over a failoverd on an empty data dir; then the same world applied
+// through the API to a running failoverd, and its RSS growth.
 #include <signal.h>
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "failover/v1/admin.grpc.pb.h"
 #include "storage/store.h"
 #include "tests/support/failoverd_process.h"
 
@@ -28,16 +31,68 @@ long RssKib(pid_t pid) {
   return -1;
 }
 
+
+// RSS of a failoverd that has started on `dir` and is serving.
+long ServingRssKib(const std::string& dir) {
+  failover::testing::FailoverdProcess proc({dir, {"--log-level", "warn"}});
+  std::string error;
+  if (!proc.Start(&error, 60)) {
+    std::fprintf(stderr, "failoverd did not start: %s\n", error.c_str());
+    return -1;
+  }
+  const long rss = RssKib(proc.pid());
+  proc.Stop(SIGTERM);
+  return rss;
+}
+
+// The world as API requests: every target in one, the chains in slices that
+// stay under the default 4 MiB message limit.
+std::vector<failover::v1::ApplyRequest> AsRequests(const failover::Mutation& world) {
+  std::vector<failover::v1::ApplyRequest> requests(1);
+  for (const failover::TargetConfig& t : world.put_targets) {
+    failover::v1::Target* out = requests[0].add_targets();
+    out->set_name(t.name);
+    out->mutable_labels()->insert(t.labels.begin(), t.labels.end());
+  }
+  for (size_t c = 0; c < world.put_chains.size(); ++c) {
+    if (c % 2000 == 0) requests.emplace_back();
+    failover::v1::Chain* out = requests.back().add_chains();
+    out->set_name(world.put_chains[c].name);
+    for (const std::string& t : world.put_chains[c].targets) out->add_targets(t);
+  }
+  return requests;
+}
+
+bool ApplyWorld(const std::shared_ptr<grpc::Channel>& channel, const failover::Mutation& world) {
+  auto admin = failover::v1::AdminService::NewStub(channel);
+  for (const failover::v1::ApplyRequest& request : AsRequests(world)) {
+    grpc::ClientContext ctx;
+    failover::v1::ApplyResponse response;
+    const grpc::Status s = admin->Apply(&ctx, request, &response);
+    if (!s.ok()) {
+      std::fprintf(stderr, "apply: %s\n", s.error_message().c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using failover::testing::FailoverdProcess;
-  failover::testing::TempDir data;
+  failover::testing::TempDir empty, temp_data;
+  // For profiling failoverd on the world: --write-world DIR only writes the
+  // data dir; --apply-to HOST:PORT only applies the world to a running failoverd.
+  const bool write_only = argc == 3 && std::string(argv[1]) == "--write-world";
+  const bool apply_only = argc == 3 && std::string(argv[1]) == "--apply-to";
+  const std::string data_dir = write_only ? argv[2] : temp_data.path();
+  failover::Mutation world;
   const absl::Time now = absl::Now();
   {
-    auto store = failover::storage::Store::Open(data.path());
+    auto store = failover::storage::Store::Open(data_dir);
     if (!store.ok()) return 1;
-    failover::Mutation config;
+    failover::Mutation& config = world;
     config.generation = 1;
     std::vector<failover::TargetStatus> health;
     for (int i = 0; i < kTargets; ++i) {
@@ -69,8 +124,14 @@ int main() {
     if (!(*store)->Commit(config).ok() || !(*store)->WriteTransitions(health, chains, {}).ok()) return 1;
     if (!(*store)->Close().ok()) return 1;
   }
+  if (write_only) return 0;
+  if (apply_only) {
+    return ApplyWorld(grpc::CreateChannel(argv[2], grpc::InsecureChannelCredentials()), world) ? 0 : 1;
+  }
+  const long empty_rss = ServingRssKib(empty.path());
+  std::printf("empty data dir: RSS %.1f MiB\n", empty_rss / 1024.0);
   for (int run = 1; run <= 3; ++run) {
-    FailoverdProcess proc({data.path(), {}});
+    FailoverdProcess proc({data_dir, {"--log-level", "warn"}});
     const auto start = std::chrono::steady_clock::now();
     std::string error;
     if (!proc.Start(&error, 60)) {
@@ -78,9 +139,24 @@ int main() {
       return 1;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("run %d: ready to serve in %.3f s, RSS %.1f MiB (%d chains x %d targets, %d targets)\n", run, seconds,
-                RssKib(proc.pid()) / 1024.0, kChains, kTargetsPerChain, kTargets);
+    const long rss = RssKib(proc.pid());
+    std::printf("restore run %d: ready to serve in %.3f s, RSS %.1f MiB, growth %.2f KiB per chain "
+                "(%d chains x %d targets, %d targets)\n",
+                run, seconds, rss / 1024.0, static_cast<double>(rss - empty_rss) / kChains, kChains,
+                kTargetsPerChain, kTargets);
     proc.Stop(SIGTERM);
   }
+
+  // The same world applied live through the API.
+  failover::testing::TempDir live;
+  FailoverdProcess proc({live.path(), {"--log-level", "warn"}});
+  std::string error;
+  if (!proc.Start(&error, 60)) return 1;
+  const long before = RssKib(proc.pid());
+  if (!ApplyWorld(proc.Channel(), world)) return 1;
+  const long after = RssKib(proc.pid());
+  std::printf("applied live: RSS %.1f MiB -> %.1f MiB, growth %.2f KiB per chain\n", before / 1024.0,
+              after / 1024.0, static_cast<double>(after - before) / kChains);
+  proc.Stop(SIGTERM);
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/stubs/logging.h"
 #include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -405,6 +406,9 @@ int main(int argc, char** argv) {
   log::ParseLevel(flags.log_level, &level);
   log::Configure(level, flags.log_format == "json");
   RouteProtobufLogs();
+  // Debian's Abseil checks every absl::Mutex acquisition against a global
+  // lock graph (deadlock detection); it showed in the profile of every call.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   failover::api::KeepLargeAllocationsSeparate();
 
   // Block the shutdown and reload signals in every thread; Run() waits for them.

@@ -16,10 +16,10 @@ void PersistTransitions(storage::Store& store, const Engine& engine, const Event
   std::vector<TargetStatus> targets;
   std::vector<ChainStatus> chains;
   for (const std::string& name : target_names) {
-    if (auto view = engine.GetTarget(name); view.ok()) targets.push_back(std::move(view->status));
+    if (auto status = engine.GetTargetStatus(name); status.ok()) targets.push_back(*std::move(status));
   }
   for (const std::string& name : chain_names) {
-    if (auto view = engine.GetChain(name); view.ok()) chains.push_back(std::move(view->status));
+    if (auto status = engine.GetChainStatus(name); status.ok()) chains.push_back(*std::move(status));
   }
   const absl::Status written = store.WriteTransitions(targets, chains, events);
   if (!written.ok()) {

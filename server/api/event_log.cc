@@ -63,9 +63,10 @@ void EventLog::Preload(Events events) {
 void EventLog::Publish(Events events) {
   if (events.empty()) return;
   absl::MutexLock lock(&mu_);
+  const bool logged = log::Enabled(log::Level::kInfo);
   for (Event& e : events) {
     e.sequence = next_sequence_++;
-    log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
+    if (logged) log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
   }
   if (sink_) sink_(events);
   for (Watcher* w : watchers_) w->Deliver(events);

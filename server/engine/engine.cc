@@ -1399,6 +1399,20 @@ absl::StatusOr<TargetView> Engine::GetTarget(absl::string_view name) const {
   return TargetView{t->config, StatusOf(*snap, *t)};
 }
 
+absl::StatusOr<TargetStatus> Engine::GetTargetStatus(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(name);
+  if (t == nullptr) return NotFound("target", name);
+  return StatusOf(*snap, *t);
+}
+
+absl::StatusOr<ChainStatus> Engine::GetChainStatus(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const ChainEntry* c = snap->FindChain(name);
+  if (c == nullptr) return NotFound("chain", name);
+  return StatusOf(*snap, *c);
+}
+
 std::vector<ChainView> Engine::ListChains() const {
   std::shared_ptr<const Snapshot> snap = Load();
   std::vector<ChainView> out;

@@ -414,6 +414,9 @@ class Engine {
   std::shared_ptr<const Snapshot> snapshot() const;
   [[nodiscard]] absl::StatusOr<ChainView> GetChain(absl::string_view name) const;
   [[nodiscard]] absl::StatusOr<TargetView> GetTarget(absl::string_view name) const;
+  // The state alone, without copying the config (what a transition persists).
+  [[nodiscard]] absl::StatusOr<TargetStatus> GetTargetStatus(absl::string_view name) const;
+  [[nodiscard]] absl::StatusOr<ChainStatus> GetChainStatus(absl::string_view name) const;
   std::vector<ChainView> ListChains() const;
   std::vector<TargetView> ListTargets() const;
 

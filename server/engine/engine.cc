@@ -276,6 +276,12 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     snap->targets.push_back(std::move(e));
   }
   std::vector<bool> has_settings(snap->targets.size(), false);
+  absl::flat_hash_map<HealthSettings, std::shared_ptr<const HealthSettings>> settings;
+  auto intern = [&](HealthSettings s) {
+    std::shared_ptr<const HealthSettings>& shared = settings[s];
+    if (shared == nullptr) shared = std::make_shared<const HealthSettings>(std::move(s));
+    return shared;
+  };
   snap->chains.reserve(chains.size());
   // Most chains classify alike (usually by the defaults): compile each distinct
   // rule set once. A compiled rule set is several KiB.
@@ -305,7 +311,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
       t.chains.push_back(chain_index);
       // Health settings come from the first chain, in name order, listing it.
       if (!has_settings[ti]) {
-        t.health = HealthSettings::From(e.config.policy, t.config, options_.probe_jitter);
+        t.health = intern(HealthSettings::From(e.config.policy, t.config, options_.probe_jitter));
         has_settings[ti] = true;
       }
     }
@@ -316,7 +322,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
   }
   for (size_t i = 0; i < snap->targets.size(); ++i) {
     if (!has_settings[i]) {
-      snap->targets[i].health = HealthSettings::From(Policy(), snap->targets[i].config, options_.probe_jitter);
+      snap->targets[i].health = intern(HealthSettings::From(Policy(), snap->targets[i].config, options_.probe_jitter));
     }
   }
   return snap;
@@ -446,7 +452,7 @@ void Engine::ApplyTimePassed(const Snapshot& snap, const TargetEntry& t, absl::T
   {
     std::lock_guard<std::mutex> lock(t.rt->mu);
     const HealthState before = t.rt->Effective();
-    if (!t.rt->health.OnTimePassed(t.health, now, &tr)) return;
+    if (!t.rt->health.OnTimePassed(*t.health, now, &tr)) return;
     PublishLocked(t, before, Source::kAuto, tr.reason, now, events);
   }
   EvalContext ctx;
@@ -687,13 +693,13 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     const HealthState before = rt.Effective();
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     if (req.facts.success) {
-      changed = rt.health.OnPass(target->health, now, /*strong=*/true, &tr);
+      changed = rt.health.OnPass(*target->health, now, /*strong=*/true, &tr);
     } else {
       if (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap) {
         rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
         rt.last_error_time = now;
       }
-      if (c.counts) changed = rt.health.OnFailure(target->health, now, summary, target->seed, &tr);
+      if (c.counts) changed = rt.health.OnFailure(*target->health, now, summary, target->seed, &tr);
       if (c.reason == Reason::kRateLimit) {
         const absl::Duration hold = std::min(
             req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : policy.rate_limit_hold,
@@ -794,7 +800,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
 
 absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
   const TargetRuntime& rt = *t.rt;
-  if (!t.config.enabled || !t.health.has_health_check) return absl::InfiniteFuture();
+  if (!t.config.enabled || !t.health->has_health_check) return absl::InfiniteFuture();
   // One lease at a time; a lease holds until strictly after its expiry.
   if (!rt.lease_id.empty() && rt.lease_expires >= now) return absl::InfiniteFuture();
   if (rt.probe_now) return now;
@@ -802,12 +808,12 @@ absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
     case HealthState::kDown:
       return rt.health.probe_due();
     case HealthState::kRecovering:
-      return rt.last_probe + t.health.probe_interval;
+      return rt.last_probe + t.health->probe_interval;
     default: {
       // Only a quiet target is probed: traffic counts as a check.
       const int64_t activity_ns = rt.last_activity_ns.load(std::memory_order_relaxed);
       const absl::Time activity = activity_ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(activity_ns);
-      return std::max(activity, rt.last_probe) + t.health.probe_interval;
+      return std::max(activity, rt.last_probe) + t.health->probe_interval;
     }
   }
 }
@@ -838,11 +844,11 @@ void Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, a
     const bool warm_local = t->config.kind == TargetKind::kLocal && t->config.warm;
     switch (result.outcome) {
       case ProbeOutcome::kPass:
-        changed = rt.health.OnPass(t->health, now, /*strong=*/rt.lease_recovery, &tr);
+        changed = rt.health.OnPass(*t->health, now, /*strong=*/rt.lease_recovery, &tr);
         break;
       case ProbeOutcome::kNotLoaded:
         // A warm local backend answered but the model is not loaded: alive.
-        if (warm_local) changed = rt.health.OnPass(t->health, now, /*strong=*/false, &tr);
+        if (warm_local) changed = rt.health.OnPass(*t->health, now, /*strong=*/false, &tr);
         break;
       case ProbeOutcome::kThrottled:
         break;  // neither a pass nor a failure
@@ -850,7 +856,7 @@ void Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, a
         const std::string summary = FailoverRules::Summarize(result.facts);
         rt.last_error = absl::StrCat("probe: ", summary);
         rt.last_error_time = now;
-        changed = rt.health.OnFailure(t->health, now, summary, t->seed, &tr);
+        changed = rt.health.OnFailure(*t->health, now, summary, t->seed, &tr);
         break;
       }
     }
@@ -881,7 +887,7 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
     task.lease_id = absl::StrCat(lease_seq_.fetch_add(1, std::memory_order_relaxed) + 1, ":", t.config.name);
     task.target = &t;
     task.kind = rt.health.state() == HealthState::kRecovering ? ProbeKind::kRecovery : ProbeKind::kLiveness;
-    task.timeout = t.health.probe_timeout;
+    task.timeout = t.health->probe_timeout;
     task.generation = t.config_generation;
     rt.lease_id = task.lease_id;
     rt.lease_expires = now + task.timeout + options_.lease_grace;
@@ -902,7 +908,7 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNow(absl::string_view targ
   std::vector<std::string> made_due;
   for (const TargetEntry& t : snap->targets) {
     if (!target.empty() && t.config.name != target) continue;
-    if (!t.config.enabled || !t.health.has_health_check) continue;
+    if (!t.config.enabled || !t.health->has_health_check) continue;
     std::lock_guard<std::mutex> lock(t.rt->mu);
     t.rt->probe_now = true;
     made_due.push_back(t.config.name);
@@ -927,7 +933,7 @@ size_t Engine::OutstandingLeases(absl::Time now) const {
 void Engine::Tick(absl::Time now, Events* events) {
   std::shared_ptr<const Snapshot> snap = Load();
   for (const TargetEntry& t : snap->targets) {
-    if (!t.health.has_health_check && t.rt->Effective() == HealthState::kDown) ApplyTimePassed(*snap, t, now, events);
+    if (!t.health->has_health_check && t.rt->Effective() == HealthState::kDown) ApplyTimePassed(*snap, t, now, events);
   }
   for (const ChainEntry& c : snap->chains) {
     std::lock_guard<std::mutex> lock(c.rt->mu);

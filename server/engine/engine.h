@@ -115,7 +115,7 @@ struct TargetEntry {
   // The config generation in which this target's config last changed; probe
   // results from before it are stale.
   uint64_t config_generation = 0;
-  HealthSettings health;
+  std::shared_ptr<const HealthSettings> health;  // never null; shared by targets with equal settings
   std::vector<uint32_t> chains;  // indices into Snapshot::chains, in name order
   uint64_t seed = 0;             // per-target jitter seed
   std::shared_ptr<TargetRuntime> rt;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -29,6 +31,17 @@ struct HealthSettings {
   double jitter = 0.1;
 
   static HealthSettings From(const Policy& policy, const TargetConfig& target, double jitter);
+
+  // Equal settings are shared between targets (a snapshot interns them).
+  auto Tie() const {
+    return std::tie(trip_errors, trip_window, recovery_probes, min_dwell, probe_interval, probe_timeout,
+                    backoff_factor, backoff_steps, backoff_max, backoff_reset_after, has_health_check, jitter);
+  }
+  bool operator==(const HealthSettings& o) const { return Tie() == o.Tie(); }
+  template <typename H>
+  friend H AbslHashValue(H h, const HealthSettings& s) {
+    return H::combine(std::move(h), s.Tie());
+  }
 };
 
 // A change of automatic state, for the target.state event.

@@ -1,5 +1,8 @@
 #include "server/api/event_log.h"
 
+#include "server/api/convert.h"
+#include "server/api/wire.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -69,7 +72,16 @@ void EventLog::Publish(Events events) {
     if (logged) log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
   }
   if (sink_) sink_(events);
-  for (Watcher* w : watchers_) w->Deliver(events);
+  if (!watchers_.empty()) {
+    // One conversion and serialization per event, however many watchers.
+    std::vector<grpc::ByteBuffer> wire(events.size());
+    for (size_t i = 0; i < events.size(); ++i) {
+      v1::Event proto;
+      EventToProto(events[i], &proto);
+      (void)SerializeResponse(proto, &wire[i]);
+    }
+    for (Watcher* w : watchers_) w->Deliver(events, wire);
+  }
   for (Event& e : events) {
     recent_.push_back(std::move(e));
     if (recent_.size() > keep_recent_) recent_.pop_front();

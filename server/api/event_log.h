@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "server/engine/model.h"
 
 namespace failover::api {
@@ -29,11 +30,12 @@ class EventLog {
   void Publish(Events events);
 
   // A live subscriber. Deliver is called under the log's lock, in sequence
-  // order, and must only queue (never block).
+  // order, and must only queue (never block). `wire[i]` is `events[i]` as a
+  // serialized failover.v1.Event, made once for all watchers.
   class Watcher {
    public:
     virtual ~Watcher() = default;
-    virtual void Deliver(const Events& events) = 0;
+    virtual void Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) = 0;
     // failoverd is shutting down: end the stream.
     virtual void Close() = 0;
   };

@@ -68,10 +68,18 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
     }
   }
   if (!replayed) opening.push_front(SnapshotEvent(last, request.has_after_sequence()));
+  std::deque<grpc::ByteBuffer> serialized(opening.size());
+  for (size_t i = 0; i < opening.size(); ++i) {
+    const absl::Status s = SerializeResponse(opening[i], &serialized[i]);
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      return FinishLocked(ToGrpcStatus(s));
+    }
+  }
   absl::MutexLock lock(&mu_);
   last_seen_ = std::max(last_seen_, last);
   // Live events that arrived meanwhile are already queued; the opening goes first.
-  queue_.insert(queue_.begin(), opening.begin(), opening.end());
+  queue_.insert(queue_.begin(), std::make_move_iterator(serialized.begin()), std::make_move_iterator(serialized.end()));
   PumpLocked();
 }
 
@@ -116,13 +124,14 @@ v1::Event WatchStream::SnapshotEvent(uint64_t sequence, bool resync) const {
   return out;
 }
 
-void WatchStream::Deliver(const Events& events) {
+void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) {
   absl::MutexLock lock(&mu_);
   if (finished_) return;
-  for (const Event& e : events) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
     last_seen_ = std::max(last_seen_, e.sequence);
     if (resync_ || !Matches(e)) continue;
-    EventToProto(e, &queue_.emplace_back());
+    queue_.push_back(wire[i]);  // shares the serialized slices
     if (queue_.size() > options_.queue_limit) {
       // Too far behind: drop the queue; a fresh snapshot replaces it.
       queue_.clear();
@@ -137,12 +146,13 @@ void WatchStream::PumpLocked() {
   if (resync_) {
     resync_ = false;
     queue_.clear();
-    queue_.push_back(SnapshotEvent(last_seen_, /*resync=*/true));
+    const absl::Status serialized = SerializeResponse(SnapshotEvent(last_seen_, /*resync=*/true),
+                                                      &queue_.emplace_back());
+    if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   }
   if (queue_.empty()) return;
-  const absl::Status serialized = SerializeResponse(queue_.front(), &current_);
+  current_ = std::move(queue_.front());
   queue_.pop_front();
-  if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   writing_ = true;
   StartWrite(&current_);
 }

@@ -35,7 +35,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   static void Start(const ServiceContext& ctx, const WatchOptions& options,
                     const failover::v1::WatchEventsRequest& request, const absl::Status& allowed, WatchStream** out);
 
-  void Deliver(const Events& events) override;
+  void Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) override;
   void Close() override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -55,7 +55,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   absl::flat_hash_set<std::string> targets_;
 
   absl::Mutex mu_;
-  std::deque<failover::v1::Event> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);  // serialized events
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the event being written, serialized
   uint64_t last_seen_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -89,5 +89,29 @@ TEST(ConfigFileTest, EngineErrorsAreLocatedInTheirFile) {
   EXPECT_THAT(std::string(located.message()), HasSubstr("chains.yaml:5: chains[0].targets[1]: unknown target \"ghost\""));
 }
 
+TEST(ConfigFileTest, OutOfRangeDurationsAndNonAsciiNamesAreLocatedAndEscaped) {
+  struct Case {
+    std::string text;
+    std::string expected;
+  } cases[] = {
+      {"targets: [{name: a}, {name: b}]\nchains:\n  - name: c\n    targets: [a, b]\n"
+       "    policy: {trip: {window: 1000h}}\n",
+       "f.yaml:3: chains[0].policy.trip.window: must be at most 720h, got 1000h"},
+      {"targets:\n  - name: a\n    timeout: -5s\n", "f.yaml:2: targets[0].timeout: must not be negative, got -5s"},
+      {"targets:\n  - name: \"caf\xff\"\n", "f.yaml:2: targets[0].name: may only contain A-Za-z0-9._:/@-, got \"caf\\xff\""},
+  };
+  for (const Case& c : cases) {
+    auto loaded = ParseConfigText(c.text, "f.yaml");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    Engine engine;
+    ApplyOptions options;
+    options.from_files = true;
+    auto applied = engine.Apply(loaded->change, options, kT0);
+    ASSERT_FALSE(applied.ok()) << c.text;
+    EXPECT_THAT(std::string(Locate(*loaded, applied.status()).message()), HasSubstr(c.expected));
+    EXPECT_EQ(engine.generation(), 0u);  // nothing applied
+  }
+}
+
 }  // namespace
 }  // namespace failover::config

@@ -24,7 +24,7 @@ Method Typed(std::string name, Service World::*service, absl::Status (Service::*
                   RETURN_IF_ERROR(api::ParseRequest(in, &request));
                   RETURN_IF_ERROR(((w.*service).*handler)(request, &response));
                   grpc::ByteBuffer out;
-                  return api::SerializeResponse(response, &out);
+                  return api::SerializeMessage(response, &out);
                 }};
 }
 

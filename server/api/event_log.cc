@@ -1,11 +1,10 @@
 #include "server/api/event_log.h"
 
-#include "server/api/convert.h"
-#include "server/api/wire.h"
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/api/convert.h"
+#include "server/api/wire.h"
 #include "server/log/log.h"
 
 namespace failover::api {
@@ -78,7 +77,7 @@ void EventLog::Publish(Events events) {
     for (size_t i = 0; i < events.size(); ++i) {
       v1::Event proto;
       EventToProto(events[i], &proto);
-      (void)SerializeResponse(proto, &wire[i]);
+      (void)SerializeMessage(proto, &wire[i]);
     }
     for (Watcher* w : watchers_) w->Deliver(events, wire);
   }

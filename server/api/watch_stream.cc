@@ -70,7 +70,7 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   if (!replayed) opening.push_front(SnapshotEvent(last, request.has_after_sequence()));
   std::deque<grpc::ByteBuffer> serialized(opening.size());
   for (size_t i = 0; i < opening.size(); ++i) {
-    const absl::Status s = SerializeResponse(opening[i], &serialized[i]);
+    const absl::Status s = SerializeMessage(opening[i], &serialized[i]);
     if (!s.ok()) {
       absl::MutexLock lock(&mu_);
       return FinishLocked(ToGrpcStatus(s));
@@ -146,7 +146,7 @@ void WatchStream::PumpLocked() {
   if (resync_) {
     resync_ = false;
     queue_.clear();
-    const absl::Status serialized = SerializeResponse(SnapshotEvent(last_seen_, /*resync=*/true),
+    const absl::Status serialized = SerializeMessage(SnapshotEvent(last_seen_, /*resync=*/true),
                                                       &queue_.emplace_back());
     if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   }

@@ -68,7 +68,7 @@ absl::Status ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message*
       absl::StrCat("request: is not a valid ", out->GetDescriptor()->full_name(), " message"));
 }
 
-absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
+absl::Status SerializeMessage(const google::protobuf::Message& message, grpc::ByteBuffer* out) {
   out->Clear();  // the writer below requires an empty buffer
   bool own_buffer = false;
   const grpc::Status s = grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, out, &own_buffer);

@@ -18,8 +18,8 @@ namespace failover::api {
 // its field path, for example "targets[2].name: is not valid UTF-8".
 [[nodiscard]] absl::Status ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message* out);
 
-// Serializes a response for the raw call.
-[[nodiscard]] absl::Status SerializeResponse(const google::protobuf::Message& message, grpc::ByteBuffer* out);
+// Serializes a response, or a watch event, for a raw call.
+[[nodiscard]] absl::Status SerializeMessage(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
 // The shape of every unary handler: authorize, parse, run `handler` on the
 // typed request, serialize, finish.
@@ -32,7 +32,7 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
   absl::Status status = context.Authorize(*call, role);
   if (status.ok()) status = ParseRequest(*in, &request);
   if (status.ok()) status = (service->*handler)(request, &response);
-  if (status.ok()) status = SerializeResponse(response, out);
+  if (status.ok()) status = SerializeMessage(response, out);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

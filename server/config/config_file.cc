@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -23,6 +25,7 @@ struct Where {
   const std::string& file;
   std::string path;
   int line;
+  int first_line = 0;  // of the document in its file: yaml-cpp counts from each document's start
 };
 
 absl::Status Error(const Where& w, absl::string_view what) {
@@ -31,7 +34,7 @@ absl::Status Error(const Where& w, absl::string_view what) {
 
 Where At(const Where& parent, const YAML::Node& node, absl::string_view field) {
   return Where{parent.file, parent.path.empty() ? std::string(field) : absl::StrCat(parent.path, ".", field),
-               node.Mark().line >= 0 ? node.Mark().line + 1 : parent.line};
+               node.Mark().line >= 0 ? parent.first_line + node.Mark().line + 1 : parent.line, parent.first_line};
 }
 
 std::string Show(const YAML::Node& node) {
@@ -255,47 +258,84 @@ absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
   return c;
 }
 
-absl::Status ParseDocuments(const std::vector<YAML::Node>& docs, const std::string& file, LoadedConfig* out) {
-  for (const YAML::Node& doc : docs) {
-    if (!doc || doc.IsNull()) continue;
-    const Where root{file, "", doc.Mark().line + 1};
-    RETURN_IF_ERROR(CheckKeys(root, doc, {"targets", "chains"}));
-    if (const YAML::Node targets = doc["targets"]) {
-      if (!targets.IsSequence()) return Error(At(root, targets, "targets"), "must be a list");
-      for (size_t i = 0; i < targets.size(); ++i) {
-        const Where w = At(root, targets[i], absl::StrCat("targets[", i, "]"));
-        ASSIGN_OR_RETURN(TargetConfig t, ParseTarget(w, targets[i]));
-        out->change.targets.push_back(std::move(t));
-        out->target_origins.push_back(Origin{file, w.line});
-      }
+absl::Status ParseDocument(const YAML::Node& doc, const std::string& file, int first_line, LoadedConfig* out) {
+  const Where root{file, "", first_line + doc.Mark().line + 1, first_line};
+  RETURN_IF_ERROR(CheckKeys(root, doc, {"targets", "chains"}));
+  if (const YAML::Node targets = doc["targets"]) {
+    if (!targets.IsSequence()) return Error(At(root, targets, "targets"), "must be a list");
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const Where w = At(root, targets[i], absl::StrCat("targets[", i, "]"));
+      ASSIGN_OR_RETURN(TargetConfig t, ParseTarget(w, targets[i]));
+      out->change.targets.push_back(std::move(t));
+      out->target_origins.push_back(Origin{file, w.line});
     }
-    if (const YAML::Node chains = doc["chains"]) {
-      if (!chains.IsSequence()) return Error(At(root, chains, "chains"), "must be a list");
-      for (size_t i = 0; i < chains.size(); ++i) {
-        const Where w = At(root, chains[i], absl::StrCat("chains[", i, "]"));
-        ASSIGN_OR_RETURN(ChainConfig c, ParseChain(w, chains[i]));
-        out->change.chains.push_back(std::move(c));
-        out->chain_origins.push_back(Origin{file, w.line});
-      }
+  }
+  if (const YAML::Node chains = doc["chains"]) {
+    if (!chains.IsSequence()) return Error(At(root, chains, "chains"), "must be a list");
+    for (size_t i = 0; i < chains.size(); ++i) {
+      const Where w = At(root, chains[i], absl::StrCat("chains[", i, "]"));
+      ASSIGN_OR_RETURN(ChainConfig c, ParseChain(w, chains[i]));
+      out->change.chains.push_back(std::move(c));
+      out->chain_origins.push_back(Origin{file, w.line});
     }
   }
   return absl::OkStatus();
 }
 
+// One YAML document of a file: its text and the 0-based line it starts on.
+struct Document {
+  std::string text;
+  int first_line = 0;
+  int first_content_line = -1;  // 1-based line of the first line that is not blank, a comment or a marker
+};
+
+// Splits at "---" lines. yaml-cpp's own LoadAll can loop forever, allocating,
+// on a document it cannot parse (a line that starts with ','; yaml-cpp issue
+// 1040, fixed after the 0.7 Debian ships), so each document is loaded alone.
+std::vector<Document> SplitDocuments(const std::string& text) {
+  std::vector<Document> docs(1);
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const bool marker = line == "---" || absl::StartsWith(line, "--- ") || absl::StartsWith(line, "---\t");
+    if (marker && line_number > 0) docs.push_back(Document{"", line_number});
+    Document& doc = docs.back();
+    absl::StrAppend(&doc.text, line, "\n");
+    const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(line);
+    if (doc.first_content_line < 0 && !marker && !stripped.empty() && stripped[0] != '#' && stripped != "...") {
+      doc.first_content_line = line_number + 1;
+    }
+    ++line_number;
+  }
+  return docs;
+}
+
 absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  for (const Document& part : SplitDocuments(text)) {
+    YAML::Node doc;
+    try {
+      doc = YAML::Load(part.text);
+    } catch (const YAML::ParserException& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ":", part.first_line + e.mark.line + 1, ": not valid YAML: ", e.msg));
+    }
+    if (!doc || doc.IsNull()) {
+      // yaml-cpp gives up on some malformed documents by returning null; a
+      // document with content must not be taken as empty (that would delete
+      // every object the file declared).
+      if (part.first_content_line < 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ":", part.first_content_line, ": not valid YAML: the document does not parse as a map"));
+    }
+    try {
+      RETURN_IF_ERROR(ParseDocument(doc, file, part.first_line, out));
+    } catch (const YAML::Exception& e) {
+      // Every access is checked before it is made; this backstop keeps a config
+      // file from ever taking failoverd down (the fuzzer found one unchecked).
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ":", part.first_line + e.mark.line + 1, ": not a valid config: ", e.msg));
+    }
   }
-  try {
-    return ParseDocuments(docs, file, out);
-  } catch (const YAML::Exception& e) {
-    // Every access is checked before it is made; this backstop keeps a config
-    // file from ever taking failoverd down (the fuzzer found one unchecked).
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not a valid config: ", e.msg));
-  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> ConfigFiles(const std::string& path, absl::Status* error) {

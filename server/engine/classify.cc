@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace failover {
@@ -243,6 +244,15 @@ absl::StatusOr<FailoverRules> FailoverRules::Compile(const Policy& policy, absl:
     rules.retries_[static_cast<int>(reason)] = retries;
   }
   return rules;
+}
+
+std::string FailoverRules::InputsOf(const Policy& policy) {
+  std::string key = absl::StrCat(absl::StrJoin(policy.retry_on_statuses, "\x1f"), "\x1e",
+                                 absl::StrJoin(policy.retry_on_errors, "\x1f"), "\x1e");
+  for (const auto& [reason, retries] : policy.same_target_retries) {
+    absl::StrAppend(&key, static_cast<int>(reason), "=", retries, ",");
+  }
+  return key;
 }
 
 bool FailoverRules::StatusMatches(uint32_t status) const {

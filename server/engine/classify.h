@@ -50,6 +50,9 @@ class FailoverRules {
   FailoverRules();
   // Fails with INVALID_ARGUMENT naming `path`.retry_on_statuses[i] etc. on a bad entry.
   [[nodiscard]] static absl::StatusOr<FailoverRules> Compile(const Policy& policy, absl::string_view path);
+  // The parts of `policy` that Compile reads, as one string: policies with
+  // equal inputs compile to equal rules, so they can share one.
+  static std::string InputsOf(const Policy& policy);
 
   Classification Classify(const OutcomeFacts& facts) const;
 

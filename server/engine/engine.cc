@@ -290,12 +290,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     ChainEntry e;
     e.config = std::move(c);
     const Policy& p = e.config.policy;
-    std::string key = absl::StrCat(absl::StrJoin(p.retry_on_statuses, "\x1f"), "\x1e",
-                                   absl::StrJoin(p.retry_on_errors, "\x1f"), "\x1e");
-    for (const auto& [reason, retries] : p.same_target_retries) {
-      absl::StrAppend(&key, static_cast<int>(reason), "=", retries, ",");
-    }
-    std::shared_ptr<const FailoverRules>& rules = compiled[key];
+    std::shared_ptr<const FailoverRules>& rules = compiled[FailoverRules::InputsOf(p)];
     if (rules == nullptr) {
       rules = std::make_shared<const FailoverRules>(FailoverRules::Compile(p, "policy").value());  // validated before
     }

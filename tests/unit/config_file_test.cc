@@ -68,6 +68,11 @@ TEST(ConfigFileTest, ParseErrorsNameFileLineAndField) {
       {"chains:\n  - name: c\n    ? - upstream failed\n      - overloaded\n",
        "f.yaml:3: chains[0].(key): keys must be plain words, got a list"},
       {"targets:\n  - name: a\n    labels: {? [x]: y}\n", "targets[0].labels.(key): keys must be plain words"},
+      // Found by the config fuzzer: yaml-cpp's LoadAll looped forever, allocating, on a line starting
+      // with ','; alone, the document loads as null, which must not pass for an empty file.
+      {"# comment\n, x]\n", "f.yaml:2: not valid YAML: the document does not parse as a map"},
+      // Lines count from the file's start in every document.
+      {"targets: [{name: a}]\n---\ntargets:\n  - name: b\n    colour: red\n", "f.yaml:5: targets[0].colour: unknown field"},
   };
   for (const Case& c : cases) {
     auto loaded = ParseConfigText(c.text, "f.yaml");

@@ -53,7 +53,10 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   const uint64_t last = *subscribed;
   subscribed_ = true;
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
-  std::deque<v1::Event> opening;
+  // The opening: the stored events after the requested sequence, or a snapshot.
+  std::deque<grpc::ByteBuffer> opening;
+  absl::Status serialized = absl::OkStatus();
+  auto add = [&](const v1::Event& event) { serialized.Update(SerializeMessage(event, &opening.emplace_back())); };
   bool replayed = false;
   if (request.has_after_sequence() && request.after_sequence() <= last && options_.history) {
     bool complete = false;
@@ -62,24 +65,22 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
                                      history->size() < options_.max_replay)) {
       for (const Event& e : *history) {
         if (e.sequence > last || !Matches(e)) continue;
-        EventToProto(e, &opening.emplace_back());
+        v1::Event proto;
+        EventToProto(e, &proto);
+        add(proto);
       }
       replayed = true;
     }
   }
-  if (!replayed) opening.push_front(SnapshotEvent(last, request.has_after_sequence()));
-  std::deque<grpc::ByteBuffer> serialized(opening.size());
-  for (size_t i = 0; i < opening.size(); ++i) {
-    const absl::Status s = SerializeMessage(opening[i], &serialized[i]);
-    if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
-      return FinishLocked(ToGrpcStatus(s));
-    }
+  if (!replayed) add(SnapshotEvent(last, request.has_after_sequence()));
+  if (!serialized.ok()) {
+    absl::MutexLock lock(&mu_);
+    return FinishLocked(ToGrpcStatus(serialized));
   }
   absl::MutexLock lock(&mu_);
   last_seen_ = std::max(last_seen_, last);
   // Live events that arrived meanwhile are already queued; the opening goes first.
-  queue_.insert(queue_.begin(), std::make_move_iterator(serialized.begin()), std::make_move_iterator(serialized.end()));
+  queue_.insert(queue_.begin(), std::make_move_iterator(opening.begin()), std::make_move_iterator(opening.end()));
   PumpLocked();
 }
 

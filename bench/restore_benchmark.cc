@@ -47,7 +47,7 @@ long ServingRssKib(const std::string& dir) {
 
 // The world as API requests: every target in one, the chains in slices that
 // stay under the default 4 MiB message limit.
-std::vector<failover::v1::ApplyRequest> AsRequests(const failover::Mutation& world) {
+std::vector<failover::v1::ApplyRequest> AsRequests(const failover::Change& world) {
   std::vector<failover::v1::ApplyRequest> requests(1);
   for (const failover::TargetConfig& t : world.put_targets) {
     failover::v1::Target* out = requests[0].add_targets();
@@ -63,7 +63,7 @@ std::vector<failover::v1::ApplyRequest> AsRequests(const failover::Mutation& wor
   return requests;
 }
 
-bool ApplyWorld(const std::shared_ptr<grpc::Channel>& channel, const failover::Mutation& world) {
+bool ApplyWorld(const std::shared_ptr<grpc::Channel>& channel, const failover::Change& world) {
   auto admin = failover::v1::AdminService::NewStub(channel);
   for (const failover::v1::ApplyRequest& request : AsRequests(world)) {
     grpc::ClientContext ctx;
@@ -87,41 +87,35 @@ int main(int argc, char** argv) {
   const bool write_only = argc == 3 && std::string(argv[1]) == "--write-world";
   const bool apply_only = argc == 3 && std::string(argv[1]) == "--apply-to";
   const std::string data_dir = write_only ? argv[2] : temp_data.path();
-  failover::Mutation world;
+  failover::Change world;
   const absl::Time now = absl::Now();
   {
     auto store = failover::storage::Store::Open(data_dir);
     if (!store.ok()) return 1;
-    failover::Mutation& config = world;
-    config.generation = 1;
-    std::vector<failover::TargetStatus> health;
+    failover::Change& config = world;
+    config.config_generation = 1;
     for (int i = 0; i < kTargets; ++i) {
       failover::TargetConfig t;
       t.name = absl::StrCat("provider-", i % 7, "/model-", i);
       t.labels["base_url"] = absl::StrCat("https://provider-", i % 7, ".example/v1");
       config.put_targets.push_back(t);
-      failover::TargetStatus s;
+      failover::TargetStateRecord s;
       s.name = t.name;
       s.automatic = i % 50 == 0 ? failover::HealthState::kDown : failover::HealthState::kHealthy;
       s.since = now;
-      health.push_back(s);
+      config.targets.push_back(s);
     }
-    std::vector<failover::ChainStatus> chains;
     for (int c = 0; c < kChains; ++c) {
       failover::ChainConfig chain;
       chain.name = absl::StrCat("chain-", c);
       for (int k = 0; k < kTargetsPerChain; ++k) {
         chain.targets.push_back(config.put_targets[(c * 2 + k * 2503) % kTargets].name);
       }
-      failover::ChainStatus s;
-      s.name = chain.name;
-      s.active_target = chain.targets[0];
-      s.active_since = now;
-      s.last_switch = now;
-      chains.push_back(s);
+      config.chains.push_back(failover::ChainStateRecord{chain.name, chain.targets[0], failover::ChainState::kPrimary,
+                                                         now, now});
       config.put_chains.push_back(std::move(chain));
     }
-    if (!(*store)->Commit(config).ok() || !(*store)->WriteTransitions(health, chains, {}).ok()) return 1;
+    if (!(*store)->Write({&config}).ok()) return 1;
     if (!(*store)->Close().ok()) return 1;
   }
   if (write_only) return 0;

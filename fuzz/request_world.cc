@@ -1,7 +1,7 @@
 #include "fuzz/request_world.h"
 
 #include "server/api/wire.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace failover::fuzz {
 namespace {

@@ -13,7 +13,7 @@
 #include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
-#include "server/engine/clock.h"
+#include "common/clock.h"
 #include "server/engine/engine.h"
 
 namespace failover::fuzz {

@@ -4,13 +4,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/release_memory.h"
 #include "server/config/config_file.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/log/log.h"
 
 namespace failover {
 
-ConfigReloader::ConfigReloader(std::string path, Engine* engine, const Clock* clock, api::EventLog* events)
-    : path_(std::move(path)), engine_(engine), clock_(clock), events_(events) {}
+ConfigReloader::ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer)
+    : path_(std::move(path)), engine_(engine), clock_(clock), committer_(committer) {}
 
 ConfigReloader::~ConfigReloader() {
   {
@@ -27,9 +27,11 @@ absl::Status ConfigReloader::Apply() {
   ASSIGN_OR_RETURN(config::LoadedConfig loaded, config::LoadConfigPath(path_));
   ApplyOptions options;
   options.from_files = true;
+  Committer::Scope changes(committer_);
   absl::StatusOr<ApplyResult> result = engine_->Apply(loaded.change, options, clock_->Now());
   fingerprint_ = fingerprint;  // a rejected version is not retried until it changes again
   if (!result.ok()) return config::Locate(loaded, result.status());
+  RETURN_IF_ERROR(changes.Await());
   for (const std::string& w : result->warnings) log::Warn(absl::StrCat("config: ", w));
   int changed = 0;
   for (const ConfigDiff& d : result->changes) changed += d.change != ConfigChangeKind::kUnchanged;
@@ -37,7 +39,6 @@ absl::Status ConfigReloader::Apply() {
                                {"files", std::to_string(loaded.files.size())},
                                {"changed", std::to_string(changed)},
                                {"generation", std::to_string(result->generation)}});
-  events_->Publish(std::move(result->events));
   return absl::OkStatus();
 }
 

@@ -9,15 +9,16 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include "server/api/event_log.h"
-#include "server/engine/clock.h"
+#include "common/clock.h"
+#include "server/committer/committer.h"
 #include "server/engine/engine.h"
 
 namespace failover {
 
 class ConfigReloader {
  public:
-  ConfigReloader(std::string path, Engine* engine, const Clock* clock, api::EventLog* events);
+  // An apply returns once its Change is durable (`committer`).
+  ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer);
   ~ConfigReloader();
 
   // Loads and applies the files now.
@@ -31,7 +32,7 @@ class ConfigReloader {
   const std::string path_;
   Engine* engine_;
   const Clock* clock_;
-  api::EventLog* events_;
+  Committer* committer_;
   absl::Mutex mu_;  // one apply at a time
   std::string fingerprint_;
   bool stop_ = false;

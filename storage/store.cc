@@ -1,22 +1,22 @@
 #include "storage/store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/table.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
-#include "failover/v1/types.pb.h"
 #include "rocksdb/write_batch.h"
-#include "server/api/convert.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "storage/encoding.h"
-#include "records.pb.h"  // generated from storage/records.proto
+#include "storage/records.h"
 
 namespace failover::storage {
 namespace {
@@ -44,7 +44,7 @@ std::string NewInstanceId() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, StoreOptions store_options) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) {
@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) 
   }
   std::unique_ptr<Store> store(new Store());
   store->data_dir_ = data_dir;
+  store->options_ = store_options;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s = rocksdb::DB::Open(options, data_dir, descriptors, &handles, &store->db_);
   RETURN_IF_ERROR(FromRocks(s, data_dir));
@@ -77,6 +78,20 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) 
   RETURN_IF_ERROR(store->CheckSchema());
   return store;
 }
+
+namespace {
+
+constexpr char kGenerationKey[] = "generation";
+constexpr char kNextSequenceKey[] = "next_sequence";
+// Config keys: a kind prefix, then the object name.
+constexpr char kTargetPrefix[] = "t/";
+constexpr char kChainPrefix[] = "c/";
+
+absl::Status Corrupt(const std::string& data_dir, absl::string_view what, absl::string_view key) {
+  return absl::DataLossError(absl::StrCat("data dir ", data_dir, ": unreadable ", what, " record \"", key, "\""));
+}
+
+}  // namespace
 
 absl::Status Store::CheckSchema() {
   rocksdb::ColumnFamilyHandle* meta = handle(Family::kMeta);
@@ -93,30 +108,41 @@ absl::Status Store::CheckSchema() {
   }
   RETURN_IF_ERROR(FromRocks(s, data_dir_));
   int version = 0;
-  try {
-    version = std::stoi(value);
-  } catch (...) {
-    return absl::DataLossError(
-        absl::StrCat("data dir ", data_dir_, ": unreadable schema version \"", value, "\""));
+  if (!absl::SimpleAtoi(value, &version)) {
+    return absl::DataLossError(absl::StrCat("data dir ", data_dir_, ": unreadable schema version \"", value, "\""));
   }
   if (version > kSchemaVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data dir ", data_dir_, " was written by a newer failoverd (schema version ", version,
         ", this build understands up to ", kSchemaVersion, "); refusing to open it"));
   }
+  if (version < kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data dir ", data_dir_, " was written by an earlier failoverd (schema version ", version,
+        "), whose records this build does not read; start on a new --data-dir (config files apply again; "
+        "pins and manual failovers must be set again)"));
+  }
   s = db_->Get(rocksdb::ReadOptions(), meta, kInstanceKey, &instance_id_);
   RETURN_IF_ERROR(FromRocks(s, data_dir_));
   std::string next;
-  s = db_->Get(rocksdb::ReadOptions(), meta, "next_sequence", &next);
-  if (s.IsNotFound()) return absl::OkStatus();
-  RETURN_IF_ERROR(FromRocks(s, data_dir_));
-  if (!DecodeUint64(next, &next_sequence_)) {
-    return absl::DataLossError(absl::StrCat("data dir ", data_dir_, ": unreadable next event sequence"));
+  s = db_->Get(rocksdb::ReadOptions(), meta, kNextSequenceKey, &next);
+  if (!s.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(s, data_dir_));
+    uint64_t n = 0;
+    if (!DecodeUint64(next, &n)) {
+      return absl::DataLossError(absl::StrCat("data dir ", data_dir_, ": unreadable next event sequence"));
+    }
+    next_sequence_.store(n);
   }
-  return absl::OkStatus();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
+  it->SeekToFirst();
+  uint64_t oldest = 0;
+  if (it->Valid() && DecodeUint64(it->key().ToStringView(), &oldest)) oldest_event_.store(oldest);
+  return FromRocks(it->status(), data_dir_);
 }
 
 absl::Status Store::Close() {
+  std::unique_lock<std::shared_mutex> lock(mu_);
   if (db_ == nullptr) return absl::OkStatus();
   for (auto*& h : handles_) {
     if (h != nullptr) db_->DestroyColumnFamilyHandle(h);
@@ -130,117 +156,103 @@ absl::Status Store::Close() {
 
 Store::~Store() { (void)Close(); }
 
-namespace {
-
-constexpr char kGenerationKey[] = "generation";
-constexpr char kNextSequenceKey[] = "next_sequence";
-// Config keys: a kind prefix, then the object name.
-constexpr char kTargetPrefix[] = "t/";
-constexpr char kChainPrefix[] = "c/";
-
-int64_t Nanos(absl::Time t) { return t == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(t); }
-absl::Time FromNanos(int64_t n) { return n == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(n); }
-
-absl::Status Corrupt(const std::string& data_dir, absl::string_view what, absl::string_view key) {
-  return absl::DataLossError(absl::StrCat("data dir ", data_dir, ": unreadable ", what, " record \"", key, "\""));
+absl::Status Store::OpenOrRefuse() const {
+  if (db_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("data dir ", data_dir_, " is closed"));
 }
 
-}  // namespace
-
-absl::Status Store::Commit(const Mutation& m) {
+absl::Status Store::Write(const std::vector<const Change*>& changes) {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::lock_guard<std::mutex> one_writer(write_mu_);
   rocksdb::WriteBatch batch;
-  switch (m.kind) {
-    case Mutation::Kind::kConfig: {
-      rocksdb::ColumnFamilyHandle* config = handle(Family::kConfig);
-      for (const TargetConfig& t : m.put_targets) {
-        v1::Target proto;
-        api::TargetToProto(t, &proto);
-        batch.Put(config, absl::StrCat(kTargetPrefix, t.name), proto.SerializeAsString());
+  rocksdb::ColumnFamilyHandle* config = handle(Family::kConfig);
+  uint64_t next = next_sequence_.load();
+  uint64_t first_event = 0;
+  for (const Change* c : changes) {
+    if (c->config_generation != 0) {
+      for (const TargetConfig& t : c->put_targets) {
+        TargetRecord r;
+        EncodeTarget(t, &r);
+        batch.Put(config, absl::StrCat(kTargetPrefix, t.name), r.SerializeAsString());
       }
-      for (const ChainConfig& c : m.put_chains) {
-        v1::Chain proto;
-        api::ChainToProto(c, &proto);
-        batch.Put(config, absl::StrCat(kChainPrefix, c.name), proto.SerializeAsString());
+      for (const ChainConfig& ch : c->put_chains) {
+        ChainRecord r;
+        EncodeChain(ch, &r);
+        batch.Put(config, absl::StrCat(kChainPrefix, ch.name), r.SerializeAsString());
       }
-      for (const std::string& name : m.deleted_targets) {
+      for (const std::string& name : c->deleted_targets) {
         batch.Delete(config, absl::StrCat(kTargetPrefix, name));
         batch.Delete(handle(Family::kHealth), name);
         batch.Delete(handle(Family::kManual), name);
       }
-      for (const std::string& name : m.deleted_chains) {
+      for (const std::string& name : c->deleted_chains) {
         batch.Delete(config, absl::StrCat(kChainPrefix, name));
         batch.Delete(handle(Family::kChainState), name);
         batch.Delete(handle(Family::kPins), name);
       }
-      batch.Put(config, kGenerationKey, EncodeUint64(m.generation));
-      break;
+      batch.Put(config, kGenerationKey, EncodeUint64(c->config_generation));
     }
-    case Mutation::Kind::kPin:
-      if (m.target.empty()) {
-        batch.Delete(handle(Family::kPins), m.chain);
+    for (const PinRecord& p : c->pins) {
+      if (p.target.empty()) {
+        batch.Delete(handle(Family::kPins), p.chain);
       } else {
-        batch.Put(handle(Family::kPins), m.chain, m.target);
+        batch.Put(handle(Family::kPins), p.chain, p.target);
       }
-      break;
-    case Mutation::Kind::kManual:
-      if (m.manual) {
+    }
+    for (const ManualFailoverRecord& m : c->manual) {
+      if (m.active) {
         ManualRecord r;
         r.set_reason(m.reason);
-        r.set_since_unix_nanos(Nanos(m.since));
+        r.set_since_unix_nanos(TimeToNanos(m.since));
         batch.Put(handle(Family::kManual), m.target, r.SerializeAsString());
       } else {
         batch.Delete(handle(Family::kManual), m.target);
       }
-      break;
+    }
+    for (const TargetStateRecord& t : c->targets) {
+      HealthRecord r;
+      EncodeHealth(t, &r);
+      batch.Put(handle(Family::kHealth), t.name, r.SerializeAsString());
+    }
+    for (const failover::ChainStateRecord& ch : c->chains) {
+      storage::ChainStateRecord r;
+      EncodeChainState(ch, &r);
+      batch.Put(handle(Family::kChainState), ch.name, r.SerializeAsString());
+    }
+    for (const Event& e : c->events) {
+      EventRecord r;
+      EncodeEvent(e, &r);
+      batch.Put(handle(Family::kEvents), EncodeUint64(e.sequence), r.SerializeAsString());
+      if (first_event == 0) first_event = e.sequence;
+    }
+    next = std::max(next, c->next_sequence);
+  }
+  batch.Put(handle(Family::kMeta), kNextSequenceKey, EncodeUint64(next));
+  // Retention by count rides along with the write that passes it.
+  uint64_t oldest = oldest_event_.load();
+  if (oldest == 0) oldest = first_event;
+  const uint64_t keep_from = next > options_.events_keep ? next - options_.events_keep : 0;
+  if (oldest != 0 && oldest < keep_from) {
+    batch.DeleteRange(handle(Family::kEvents), EncodeUint64(oldest), EncodeUint64(keep_from));
+    oldest = keep_from;
   }
   rocksdb::WriteOptions sync;
   sync.sync = true;
   const rocksdb::Status s = db_->Write(sync, &batch);
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat("cannot save the change: ", s.ToString()));
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot write to data dir ", data_dir_, ": ", s.ToString()));
+  }
+  next_sequence_.store(next, std::memory_order_release);
+  oldest_event_.store(oldest);
   return absl::OkStatus();
 }
 
-absl::Status Store::WriteTransitions(const std::vector<TargetStatus>& targets, const std::vector<ChainStatus>& chains,
-                                     const Events& events) {
-  rocksdb::WriteBatch batch;
-  for (const TargetStatus& t : targets) {
-    HealthRecord r;
-    r.set_automatic(static_cast<int>(t.automatic));
-    r.set_since_unix_nanos(Nanos(t.since));
-    r.set_trips(t.trips);
-    r.set_recovery_passes(t.recovery_passes);
-    r.set_source(static_cast<int>(t.source));
-    r.set_reason(t.reason);
-    r.set_last_error(t.last_error);
-    r.set_last_error_unix_nanos(Nanos(t.last_error_time));
-    r.set_last_probe_unix_nanos(Nanos(t.last_probe));
-    batch.Put(handle(Family::kHealth), t.name, r.SerializeAsString());
-  }
-  for (const ChainStatus& c : chains) {
-    ChainStateRecord r;
-    r.set_active(c.active_target);
-    r.set_state(static_cast<int>(c.state));
-    r.set_active_since_unix_nanos(Nanos(c.active_since));
-    r.set_last_switch_unix_nanos(Nanos(c.last_switch));
-    batch.Put(handle(Family::kChainState), c.name, r.SerializeAsString());
-  }
-  uint64_t last = 0;
-  for (const Event& e : events) {
-    v1::Event proto;
-    api::EventToProto(e, &proto);
-    batch.Put(handle(Family::kEvents), EncodeUint64(e.sequence), proto.SerializeAsString());
-    last = std::max(last, e.sequence);
-  }
-  if (last >= next_sequence_) {
-    next_sequence_ = last + 1;
-    batch.Put(handle(Family::kMeta), kNextSequenceKey, EncodeUint64(next_sequence_));
-  }
-  const rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
-  return FromRocks(s, data_dir_);
-}
-
 absl::StatusOr<RestoredState> Store::Load() const {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
   RestoredState state;
+  state.next_sequence = next_sequence_.load();
   // Restore reads every record once: keeping those blocks cached would only hold memory.
   rocksdb::ReadOptions scan;
   scan.fill_cache = false;
@@ -251,14 +263,18 @@ absl::StatusOr<RestoredState> Store::Load() const {
     if (key == kGenerationKey) {
       if (!DecodeUint64(value.ToStringView(), &state.generation)) return Corrupt(data_dir_, "config", key);
     } else if (absl::StartsWith(key, kTargetPrefix)) {
-      v1::Target proto;
-      if (!proto.ParseFromArray(value.data(), static_cast<int>(value.size()))) return Corrupt(data_dir_, "target", key);
-      ASSIGN_OR_RETURN(TargetConfig t, api::TargetFromProto(proto, key));
+      TargetRecord r;
+      TargetConfig t;
+      if (!r.ParseFromArray(value.data(), static_cast<int>(value.size())) || !DecodeTarget(r, &t)) {
+        return Corrupt(data_dir_, "target", key);
+      }
       state.targets.push_back(std::move(t));
     } else if (absl::StartsWith(key, kChainPrefix)) {
-      v1::Chain proto;
-      if (!proto.ParseFromArray(value.data(), static_cast<int>(value.size()))) return Corrupt(data_dir_, "chain", key);
-      ASSIGN_OR_RETURN(ChainConfig c, api::ChainFromProto(proto, key));
+      ChainRecord r;
+      ChainConfig c;
+      if (!r.ParseFromArray(value.data(), static_cast<int>(value.size())) || !DecodeChain(r, &c)) {
+        return Corrupt(data_dir_, "chain", key);
+      }
       state.chains.push_back(std::move(c));
     }
   }
@@ -266,76 +282,84 @@ absl::StatusOr<RestoredState> Store::Load() const {
 
   it.reset(db_->NewIterator(scan, handle(Family::kPins)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) state.pins[it->key().ToString()] = it->value().ToString();
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
 
   it.reset(db_->NewIterator(scan, handle(Family::kManual)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     ManualRecord r;
     if (!r.ParseFromString(it->value().ToString())) return Corrupt(data_dir_, "manual", it->key().ToString());
-    state.manual[it->key().ToString()] = RestoredManual{r.reason(), FromNanos(r.since_unix_nanos())};
+    state.manual[it->key().ToString()] = RestoredManual{r.reason(), TimeFromNanos(r.since_unix_nanos())};
   }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
 
   it.reset(db_->NewIterator(scan, handle(Family::kHealth)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     HealthRecord r;
-    if (!r.ParseFromString(it->value().ToString())) return Corrupt(data_dir_, "health", it->key().ToString());
-    RestoredTarget t;
+    TargetStateRecord t;
+    if (!r.ParseFromString(it->value().ToString()) || !DecodeHealth(r, &t)) {
+      return Corrupt(data_dir_, "health", it->key().ToString());
+    }
     t.name = it->key().ToString();
-    t.automatic = static_cast<HealthState>(r.automatic());
-    t.since = FromNanos(r.since_unix_nanos());
-    t.trips = r.trips();
-    t.recovery_passes = r.recovery_passes();
-    t.source = static_cast<Source>(r.source());
-    t.reason = r.reason();
-    t.last_error = r.last_error();
-    t.last_error_time = FromNanos(r.last_error_unix_nanos());
-    t.last_probe = FromNanos(r.last_probe_unix_nanos());
     state.health.push_back(std::move(t));
   }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
 
   it.reset(db_->NewIterator(scan, handle(Family::kChainState)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    ChainStateRecord r;
-    if (!r.ParseFromString(it->value().ToString())) return Corrupt(data_dir_, "chain state", it->key().ToString());
-    state.chain_states.push_back(RestoredChain{it->key().ToString(), r.active(), static_cast<ChainState>(r.state()),
-                                               FromNanos(r.active_since_unix_nanos()),
-                                               FromNanos(r.last_switch_unix_nanos())});
+    storage::ChainStateRecord r;
+    failover::ChainStateRecord c;
+    if (!r.ParseFromString(it->value().ToString()) || !DecodeChainState(r, &c)) {
+      return Corrupt(data_dir_, "chain state", it->key().ToString());
+    }
+    c.name = it->key().ToString();
+    state.chain_states.push_back(std::move(c));
   }
   RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
   return state;
 }
 
-absl::StatusOr<Events> Store::EventsAfter(uint64_t sequence, size_t limit, bool* complete) const {
+absl::StatusOr<Events> Store::ReadEvents(rocksdb::Iterator* it, bool forward, uint64_t from, size_t limit) const {
   Events out;
+  if (forward) {
+    it->Seek(EncodeUint64(from));
+  } else {
+    it->SeekToLast();
+  }
+  for (; it->Valid() && out.size() < limit; forward ? it->Next() : it->Prev()) {
+    EventRecord r;
+    Event e;
+    if (!DecodeUint64(it->key().ToStringView(), &e.sequence) ||
+        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) || !DecodeEvent(r, &e)) {
+      return Corrupt(data_dir_, "event", absl::StrCat(e.sequence));
+    }
+    out.push_back(std::move(e));
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
+  if (!forward) std::reverse(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<Events> Store::EventsAfter(uint64_t sequence, size_t limit, bool* complete) const {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
   it->SeekToFirst();
   uint64_t oldest = 0;
   *complete = !it->Valid() || (DecodeUint64(it->key().ToStringView(), &oldest) && oldest <= sequence + 1);
-  for (it->Seek(EncodeUint64(sequence + 1)); it->Valid() && out.size() < limit; it->Next()) {
-    v1::Event proto;
-    if (!proto.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
-      return Corrupt(data_dir_, "event", "");
-    }
-    out.push_back(api::EventFromProto(proto));
-  }
-  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
-  return out;
+  return ReadEvents(it.get(), /*forward=*/true, sequence + 1, limit);
 }
 
 absl::StatusOr<Events> Store::RecentEvents(size_t limit) const {
-  Events out;
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
-  for (it->SeekToLast(); it->Valid() && out.size() < limit; it->Prev()) {
-    v1::Event proto;
-    if (!proto.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
-      return Corrupt(data_dir_, "event", "");
-    }
-    out.push_back(api::EventFromProto(proto));
-  }
-  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
-  return Events(out.rbegin(), out.rend());
+  return ReadEvents(it.get(), /*forward=*/false, 0, limit);
 }
 
 absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now) {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::lock_guard<std::mutex> one_writer(write_mu_);
   rocksdb::ColumnFamilyHandle* events = handle(Family::kEvents);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), events));
   it->SeekToFirst();
@@ -343,21 +367,24 @@ absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::
   uint64_t oldest = 0;
   DecodeUint64(it->key().ToStringView(), &oldest);
   // By count: everything below next_sequence - keep_count goes.
-  uint64_t cut = next_sequence_ > keep_count ? next_sequence_ - keep_count : 0;
+  const uint64_t next = next_sequence_.load();
+  uint64_t cut = next > keep_count ? next - keep_count : 0;
   // By age: walk forward from the oldest while events are too old.
   for (; it->Valid(); it->Next()) {
-    v1::Event proto;
+    EventRecord r;
     uint64_t seq = 0;
     if (!DecodeUint64(it->key().ToStringView(), &seq) ||
-        !proto.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       break;
     }
-    if (seq >= cut && api::TimeFromProto(proto.time()) >= now - max_age) break;
+    if (seq >= cut && TimeFromNanos(r.time_nanos()) >= now - max_age) break;
     cut = std::max(cut, seq + 1);
   }
   if (cut <= oldest) return absl::OkStatus();
-  const rocksdb::Status s =
-      db_->DeleteRange(rocksdb::WriteOptions(), events, EncodeUint64(oldest), EncodeUint64(cut));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  const rocksdb::Status s = db_->DeleteRange(sync, events, EncodeUint64(oldest), EncodeUint64(cut));
+  if (s.ok()) oldest_event_.store(cut);
   return FromRocks(s, data_dir_);
 }
 

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <mutex>
+#include <shared_mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,11 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/engine/engine.h"
+#include "common/change.h"
 
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
+class Iterator;
 }  // namespace rocksdb
 
 namespace failover::storage {
@@ -49,15 +53,24 @@ inline constexpr std::array<FamilyInfo, static_cast<int>(Family::kCount)> kFamil
     {Family::kMeta, "meta"},
 }};
 
-// The on-disk layout version this build writes. A newer one on disk is refused.
-inline constexpr int kSchemaVersion = 1;
+// The on-disk layout version this build writes. A newer one on disk is
+// refused; so is version 1 (records in the API's format, before storage had its own).
+inline constexpr int kSchemaVersion = 2;
 
+struct StoreOptions {
+  // Events kept, newest first; older ones are dropped as new ones are written.
+  size_t events_keep = 10000;
+};
+
+// Thread-safe. Every call after Close() gets FAILED_PRECONDITION instead of
+// reaching a closed database.
 class Store {
  public:
   // Opens (creating if needed) the database in `data_dir`. Fails without
-  // touching anything when the dir is locked by another process, holds a newer
+  // touching anything when the dir is locked by another process, holds another
   // schema, or is corrupt; the message names the dir and the problem.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir,
+                                                                   StoreOptions options = {});
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -68,20 +81,15 @@ class Store {
   // Flushes and closes the database. Safe to call twice.
   [[nodiscard]] absl::Status Close();
 
-  // Writes an admin change (config, pin, manual failover) with sync: it is on
-  // disk before this returns.
-  [[nodiscard]] absl::Status Commit(const Mutation& m);
+  // Writes `changes` in order in one synced write: each one's config, pins,
+  // manual failovers, state records and numbered events, and the next
+  // sequence. On disk before this returns; nothing is written on an error.
+  [[nodiscard]] absl::Status Write(const std::vector<const Change*>& changes);
 
-  // Writes state transitions with the events that announce them in one batch,
-  // WAL on, no sync (survives a process crash; a machine crash can lose the
-  // last moments). `events` are numbered; the next sequence is recorded too.
-  [[nodiscard]] absl::Status WriteTransitions(const std::vector<TargetStatus>& targets,
-                                              const std::vector<ChainStatus>& chains, const Events& events);
-
-  // Everything needed to restore the engine.
+  // Everything needed to restore the engine, with the next event sequence.
   [[nodiscard]] absl::StatusOr<RestoredState> Load() const;
   // The next event sequence to hand out (1 on a fresh store).
-  uint64_t next_sequence() const { return next_sequence_; }
+  uint64_t next_sequence() const { return next_sequence_.load(std::memory_order_acquire); }
   // The newest `limit` events, oldest first.
   [[nodiscard]] absl::StatusOr<Events> RecentEvents(size_t limit) const;
   // Events after `sequence`, oldest first, at most `limit`; false in `complete`
@@ -91,16 +99,26 @@ class Store {
   // Drops events beyond the newest `keep_count` and those older than `max_age`.
   [[nodiscard]] absl::Status TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now);
 
+  // For tests that reach under the API.
   rocksdb::DB* db() const { return db_; }
   rocksdb::ColumnFamilyHandle* handle(Family f) const { return handles_[static_cast<int>(f)]; }
 
  private:
   Store() = default;
   [[nodiscard]] absl::Status CheckSchema();
+  [[nodiscard]] absl::Status OpenOrRefuse() const;  // shared lock held
+  [[nodiscard]] absl::StatusOr<Events> ReadEvents(rocksdb::Iterator* it, bool forward, uint64_t from,
+                                                  size_t limit) const;
 
   std::string data_dir_;
   std::string instance_id_;
-  uint64_t next_sequence_ = 1;
+  StoreOptions options_;
+  std::atomic<uint64_t> next_sequence_{1};
+  // The oldest event sequence kept (0 = none yet); written under mu_ exclusively or by Write.
+  std::atomic<uint64_t> oldest_event_{0};
+  // Shared by every use of the database; Close takes it exclusively.
+  mutable std::shared_mutex mu_;
+  std::mutex write_mu_;  // one Write or TrimEvents at a time
   rocksdb::DB* db_ = nullptr;
   std::array<rocksdb::ColumnFamilyHandle*, static_cast<int>(Family::kCount)> handles_{};
 };

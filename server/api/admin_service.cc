@@ -9,7 +9,7 @@
 #include "server/api/release_memory.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -149,8 +149,9 @@ absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp)
   ASSIGN_OR_RETURN(ConfigChange change, ConfigChangeFromProto(req));
   ApplyOptions options;
   options.dry_run = req.dry_run();
+  Committer::Scope changes(ctx_.committer);
   ASSIGN_OR_RETURN(ApplyResult result, ctx_.engine->Apply(change, options, ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(result.events));
+  RETURN_IF_ERROR(changes.Await());
   resp->set_generation(result.generation);
   resp->set_dry_run(req.dry_run());
   for (const ConfigDiff& d : result.changes) DiffToProto(d, resp->add_changes());
@@ -171,8 +172,9 @@ absl::Status AdminService::DoListTargets(const ListTargetsRequest&, ListTargetsR
 
 absl::Status AdminService::DoDeleteTarget(const DeleteTargetRequest& req, DeleteResponse* resp) {
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -190,8 +192,9 @@ absl::Status AdminService::DoListChains(const ListChainsRequest&, ListChainsResp
 
 absl::Status AdminService::DoDeleteChain(const DeleteChainRequest& req, DeleteResponse* resp) {
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -199,38 +202,42 @@ absl::Status AdminService::DoDeleteChain(const DeleteChainRequest& req, DeleteRe
 absl::Status AdminService::DoPinChain(const PinChainRequest& req, failover::v1::ChainView* resp) {
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   return ChainViewOf(req.chain(), resp);
 }
 
 absl::Status AdminService::DoUnpinChain(const UnpinChainRequest& req, failover::v1::ChainView* resp) {
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->Unpin(req.chain(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->Unpin(req.chain(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   return ChainViewOf(req.chain(), resp);
 }
 
 absl::Status AdminService::DoTriggerFailover(const TriggerFailoverRequest& req, failover::v1::TargetView* resp) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   if (req.reason().size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
-  ASSIGN_OR_RETURN(Events events,
-                   ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }
 
 absl::Status AdminService::DoCancelFailover(const CancelFailoverRequest& req, failover::v1::TargetView* resp) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }
 
 absl::Status AdminService::DoSetTargetEnabled(const SetTargetEnabledRequest& req, failover::v1::TargetView* resp) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
-  ASSIGN_OR_RETURN(Events events, ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now()));
-  ctx_.events->Publish(std::move(events));
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }
 

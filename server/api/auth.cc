@@ -5,7 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace failover::api {
 namespace {

@@ -1,7 +1,7 @@
 #include "server/api/convert.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace failover::api {
 namespace {

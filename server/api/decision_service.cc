@@ -4,7 +4,7 @@
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -63,12 +63,13 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   Plan plan;
   Events events;
   const absl::Time started = absl::Now();
+  Committer::Scope changes(ctx_.committer);
   const absl::Status status = ctx_.engine->Pick(pick, ctx_.clock->Now(), &plan, &events);
   if (ctx_.metrics != nullptr) {
     ctx_.metrics->OnPick(pick.chain, status.code() != absl::StatusCode::kNotFound, status.ok(), absl::Now() - started);
   }
-  ctx_.events->Publish(std::move(events));
   RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(changes.Await());
   resp->set_decision_id(plan.decision_id);
   resp->set_chain_state(ChainStateToProto(plan.state));
   resp->set_config_generation(plan.generation);
@@ -113,9 +114,9 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
   failover::ProbeResponse out;
   Events events;
   const absl::Time now = ctx_.clock->Now();
-  const absl::Status status = ctx_.engine->Probe(probe, now, &out, &events);
-  ctx_.events->Publish(std::move(events));
-  RETURN_IF_ERROR(status);
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->Probe(probe, now, &out, &events));
+  RETURN_IF_ERROR(changes.Await());
   for (const ProbeTask& t : out.tasks) {
     failover::v1::ProbeTask* task = resp->add_tasks();
     const TargetConfig& target = t.target->config;
@@ -155,9 +156,9 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   }
   ReportResult result;
   Events events;
-  const absl::Status status = ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events);
-  ctx_.events->Publish(std::move(events));
-  RETURN_IF_ERROR(status);
+  Committer::Scope changes(ctx_.committer);
+  RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
+  RETURN_IF_ERROR(changes.Await());
   if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result.reason);
   resp->set_verdict(VerdictToProto(result.verdict));
   resp->set_reason(ReasonToProto(result.reason));

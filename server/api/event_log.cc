@@ -31,8 +31,8 @@ const char* ObjectName(ConfigObject o) {
 
 }  // namespace
 
-EventLog::EventLog(size_t keep_recent, uint64_t next_sequence)
-    : keep_recent_(keep_recent), next_sequence_(next_sequence) {}
+EventLog::EventLog(size_t keep_recent, uint64_t last_sequence)
+    : keep_recent_(keep_recent), last_sequence_(last_sequence) {}
 
 std::string EventLog::Describe(const Event& e) {
   switch (e.kind) {
@@ -62,15 +62,14 @@ void EventLog::Preload(Events events) {
   }
 }
 
-void EventLog::Publish(Events events) {
+void EventLog::Publish(const Events& events) {
   if (events.empty()) return;
   absl::MutexLock lock(&mu_);
   const bool logged = log::Enabled(log::Level::kInfo);
-  for (Event& e : events) {
-    e.sequence = next_sequence_++;
+  for (const Event& e : events) {
+    last_sequence_ = e.sequence;
     if (logged) log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
   }
-  if (sink_) sink_(events);
   if (!watchers_.empty()) {
     // One conversion and serialization per event, however many watchers.
     std::vector<grpc::ByteBuffer> wire(events.size());
@@ -81,8 +80,8 @@ void EventLog::Publish(Events events) {
     }
     for (Watcher* w : watchers_) w->Deliver(events, wire);
   }
-  for (Event& e : events) {
-    recent_.push_back(std::move(e));
+  for (const Event& e : events) {
+    recent_.push_back(e);
     if (recent_.size() > keep_recent_) recent_.pop_front();
   }
 }
@@ -100,7 +99,7 @@ std::optional<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
   absl::MutexLock lock(&mu_);
   if (watchers_.size() >= max_watchers) return std::nullopt;
   watchers_.push_back(w);
-  return next_sequence_ - 1;
+  return last_sequence_;
 }
 
 void EventLog::Unsubscribe(Watcher* w) {
@@ -120,7 +119,7 @@ size_t EventLog::watcher_count() const {
 
 uint64_t EventLog::last_sequence() const {
   absl::MutexLock lock(&mu_);
-  return next_sequence_ - 1;
+  return last_sequence_;
 }
 
 }  // namespace failover::api

@@ -1,5 +1,6 @@
-// Where engine events go after an operation: numbered in order, written to
-// the log, kept in a bounded in-memory list for ListEvents.
+// Where events go once their Change is durable: the committer publishes them
+// here, in sequence order, on its own thread; they are written to the log,
+// kept in a bounded in-memory list for ListEvents, and handed to watchers.
 #pragma once
 
 #include <cstdint>
@@ -10,24 +11,21 @@
 
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "server/engine/model.h"
+#include "common/model.h"
 
 namespace failover::api {
 
 class EventLog {
  public:
-  explicit EventLog(size_t keep_recent = 1000, uint64_t next_sequence = 1);
+  // `last_sequence`: the newest event already durable (read back at start).
+  explicit EventLog(size_t keep_recent = 1000, uint64_t last_sequence = 0);
 
-  // Called with every numbered batch, in sequence order, before Publish
-  // returns (storage writes transitions with their events here).
-  using Sink = std::function<void(const Events&)>;
-  void SetSink(Sink sink) { sink_ = std::move(sink); }
   // Seeds the recent list (events read back from storage after a restart).
   void Preload(Events events);
 
-  // Numbers `events` (in order), logs one line each, hands them to the sink
-  // and to every watcher, and keeps them.
-  void Publish(Events events);
+  // Logs one line per event, hands them to every watcher and keeps them.
+  // `events` are numbered and durable, and follow the last ones published.
+  void Publish(const Events& events);
 
   // A live subscriber. Deliver is called under the log's lock, in sequence
   // order, and must only queue (never block). `wire[i]` is `events[i]` as a
@@ -56,9 +54,8 @@ class EventLog {
 
  private:
   const size_t keep_recent_;
-  Sink sink_;
   mutable absl::Mutex mu_;
-  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_sequence_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> recent_ ABSL_GUARDED_BY(mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);
 };

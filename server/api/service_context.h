@@ -7,7 +7,8 @@
 #include "server/api/auth.h"
 #include "server/api/event_log.h"
 #include "server/api/metrics.h"
-#include "server/engine/clock.h"
+#include "server/committer/committer.h"
+#include "common/clock.h"
 #include "server/engine/engine.h"
 
 namespace failover::api {
@@ -16,6 +17,9 @@ struct ServiceContext {
   Engine* engine = nullptr;
   const Clock* clock = nullptr;
   EventLog* events = nullptr;
+  // Where the engine's Changes become durable; an RPC answers once its own
+  // are. Null (tests of the handlers alone): nothing is waited for.
+  Committer* committer = nullptr;
   Metrics* metrics = nullptr;        // optional
   const Authorizer* auth = nullptr;  // null: every call is allowed
   absl::Time started;

@@ -12,7 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace failover::config {

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/engine/model.h"
+#include "common/model.h"
 
 namespace failover::config {
 

@@ -1,7 +1,11 @@
 // The decision engine: targets, chains, health, plans and verdicts
-// (DESIGN 3.1-3.5, 3.7, 3.8). Pure logic: every operation takes `now`, does
-// no I/O, and returns the events it caused for the service layer to persist,
-// log and stream.
+// (DESIGN 3.1-3.5, 3.7, 3.8). Pure logic: every operation takes `now` and
+// does no I/O. Every state change is made by a single writer and leaves as
+// one numbered Change (common/change.h) through the change sink, which makes
+// it durable and publishes it; operations also return the events they caused.
+// Calls that change nothing (most picks and reports) never take the writer.
+// One file per concern: plans.cc, verdicts.cc, probes.cc, config_changes.cc,
+// admin.cc, views.cc; engine.cc holds snapshots, chain state and the ticker's work.
 //
 // Concurrency: the config is an immutable snapshot swapped whole on change.
 // Each target and each chain has its own mutex; a target's effective state is
@@ -29,8 +33,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/change.h"
 #include "server/engine/classify.h"
-#include "server/engine/model.h"
+#include "common/model.h"
 #include "server/engine/target_health.h"
 
 namespace failover {
@@ -48,6 +53,8 @@ struct EngineOptions {
   absl::Duration max_rate_limit_hold = absl::Seconds(60);
   // Distinguishes this process's decision ids from an earlier one's. 0 = random.
   uint32_t instance_epoch = 0;
+  // Where randomness comes from (instance epoch, lease ids); null = the OS.
+  std::function<uint64_t()> random;
   // Totals over the whole config; an Apply that would pass them gets RESOURCE_EXHAUSTED.
   size_t max_targets = 100000;
   size_t max_chains = 100000;
@@ -295,63 +302,7 @@ struct ApplyOptions {
   bool from_files = false;
 };
 
-// A change that must be durable before it takes effect. The engine hands it to
-// the commit hook (storage) before changing anything; if the hook fails, the
-// change is refused. Another replica could apply the same mutation.
-struct Mutation {
-  enum class Kind : uint8_t { kConfig, kPin, kManual };
-  Kind kind = Kind::kConfig;
-  // kConfig
-  uint64_t generation = 0;
-  std::vector<TargetConfig> put_targets;
-  std::vector<std::string> deleted_targets;
-  std::vector<ChainConfig> put_chains;
-  std::vector<std::string> deleted_chains;
-  // kPin (target empty = unpin) and kManual
-  std::string chain;
-  std::string target;
-  bool manual = false;
-  std::string reason;
-  absl::Time since;
-};
-using CommitHook = std::function<absl::Status(const Mutation&)>;
-
-// State read back from storage at start-up.
-struct RestoredTarget {
-  std::string name;
-  HealthState automatic = HealthState::kUnknown;
-  absl::Time since = absl::InfinitePast();
-  uint32_t trips = 0;
-  uint32_t recovery_passes = 0;
-  Source source = Source::kAuto;
-  std::string reason;
-  std::string last_error;
-  absl::Time last_error_time = absl::InfinitePast();
-  absl::Time last_probe = absl::InfinitePast();
-};
-
-struct RestoredChain {
-  std::string name;
-  std::string active;
-  ChainState state = ChainState::kPrimary;
-  absl::Time active_since = absl::InfinitePast();
-  absl::Time last_switch = absl::InfinitePast();
-};
-
-struct RestoredManual {
-  std::string reason;
-  absl::Time since;
-};
-
-struct RestoredState {
-  uint64_t generation = 0;
-  std::vector<TargetConfig> targets;
-  std::vector<ChainConfig> chains;
-  std::map<std::string, std::string> pins;  // chain -> target
-  std::map<std::string, RestoredManual> manual;
-  std::vector<RestoredTarget> health;
-  std::vector<RestoredChain> chain_states;
-};
+using ChangeSink = std::function<void(Change&&)>;
 
 struct ApplyResult {
   uint64_t generation = 0;
@@ -369,12 +320,19 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Called with every admin change before it takes effect. Set before serving.
-  void SetCommitHook(CommitHook hook) { commit_ = std::move(hook); }
+  // Receives every Change, in sequence order, while the single writer holds
+  // its lock: it must only queue. Set before Restore.
+  void SetChangeSink(ChangeSink sink) { sink_ = std::move(sink); }
+  // While not accepting (the data dir refused a write), admin changes get
+  // UNAVAILABLE with `why`, and outcomes, probes and ticks change no state:
+  // decisions go on from memory.
+  void SetAcceptingChanges(bool accepting, std::string why = "");
+  bool accepting_changes() const { return accepting_.load(std::memory_order_acquire); }
 
   // Loads persisted state before serving. A target that was DOWN is due for a
-  // probe at once. Returns the events of chains that had to settle (no stored
-  // state, or state that no longer fits the config); none for a clean restore.
+  // probe at once. Events are numbered from `state.next_sequence`. Returns the
+  // events of chains that had to settle (no stored state, or state that no
+  // longer fits the config); none for a clean restore.
   [[nodiscard]] absl::StatusOr<Events> Restore(const RestoredState& state, absl::Time now);
 
   // --- config ---
@@ -421,6 +379,9 @@ class Engine {
   std::vector<TargetView> ListTargets() const;
 
  private:
+  // The single writer (change_writer.h): every state change is made while
+  // holding it, so the order of sequence numbers is the order state changed.
+  class ChangeWriter;
   struct DecisionId;
   struct DecisionRecord;
   class DecisionStore;
@@ -439,13 +400,24 @@ class Engine {
   std::shared_ptr<const Snapshot> Load() const;
   std::shared_ptr<Snapshot> BuildSnapshot(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains,
                                           uint64_t generation, const Snapshot* previous) const;
-  // Commits `m` (a config change of one object), then builds and installs the
-  // next snapshot; returns the config.changed event and what it caused.
-  absl::StatusOr<Events> CommitOneChangeLocked(const Snapshot& cur, Mutation m, ConfigObject what,
-                                               absl::string_view name, ConfigChangeKind change, absl::Time now);
+  // Builds and installs the next snapshot from `cur` and the puts and deletes
+  // already in `w`'s change (one object), and finishes the change; returns the
+  // config.changed event and what it caused.
+  Events ChangeOneObjectLocked(ChangeWriter& w, const Snapshot& cur, ConfigObject what, absl::string_view name,
+                               ConfigChangeKind change, absl::Time now);
   // Installs `next`, republishes target overlays and re-evaluates every chain.
   void Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* events);
 
+  // What evaluating a chain would do, without doing it (chain lock held).
+  struct ChainDecision {
+    const std::string* active = nullptr;  // owned by the config or the runtime
+    ChainState state = ChainState::kPrimary;
+    SwitchReason reason = SwitchReason::kRecovery;
+    bool changes = false;
+  };
+  ChainDecision DecideChainLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
+                                  const EvalContext& ctx) const;
+  // Applies DecideChainLocked's answer; emits chain.switched (writer and chain lock held).
   void EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now, const EvalContext& ctx,
                            Events* events);
   void EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, absl::Time now, const EvalContext& ctx,
@@ -455,9 +427,14 @@ class Engine {
                      absl::Time now, Events* events);
   // When `t`'s next check falls due (InfiniteFuture = never); lock held.
   absl::Time ProbeDueLocked(const TargetEntry& t, absl::Time now) const;
-  void ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now, ProbeResponse* response,
+  // Applies one result. With `events` null it makes no transition: it returns
+  // false, having done nothing, for a result that would make one, to be
+  // applied again under the writer.
+  bool ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now, ProbeResponse* response,
                         Events* events);
-  // Brings back targets without health checks whose dwell passed.
+  // A target without health checks whose dwell has passed.
+  bool ComesBackNow(const TargetEntry& t, absl::Time now) const;
+  // Brings back targets without health checks whose dwell passed (writer held).
   void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
 
   // Fills `out` with the plan order for `chain` (chain lock held).
@@ -472,16 +449,24 @@ class Engine {
   TargetStatus StatusOf(const Snapshot& snap, const TargetEntry& target) const;
   ChainStatus StatusOf(const Snapshot& snap, const ChainEntry& chain) const;
 
-  absl::Status Commit(const Mutation& m) { return commit_ ? commit_(m) : absl::OkStatus(); }
+  absl::Status RefuseUnlessAccepting() const;
+  TargetStateRecord RecordOf(const TargetEntry& t) const;  // target lock held
+  ChainStateRecord RecordOf(const ChainEntry& c) const;    // chain lock held
+  uint64_t Random();
 
-  CommitHook commit_;
+  ChangeSink sink_;
   const EngineOptions options_;
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};
-  std::atomic<uint64_t> lease_seq_{0};
   std::unique_ptr<DecisionStore> decisions_;
 
-  std::mutex admin_mu_;  // serializes config changes and admin actions
+  // Lock order: writer_mu_, then a target or chain lock, then nothing.
+  std::mutex writer_mu_;
+  uint64_t next_sequence_ = 1;  // guarded by writer_mu_
+  std::atomic<bool> accepting_{true};
+  std::mutex random_mu_;
+  mutable std::mutex refusal_mu_;
+  std::string refusal_;  // guarded by refusal_mu_
   mutable std::shared_mutex snapshot_mu_;
   std::shared_ptr<const Snapshot> snapshot_;
 };

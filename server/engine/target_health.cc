@@ -126,9 +126,30 @@ bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, 
   }
 }
 
+bool TargetHealth::FailureWouldChange(const HealthSettings& s, absl::Time now) const {
+  switch (state_) {
+    case HealthState::kDown: return false;
+    case HealthState::kRecovering: return true;
+    default: return failures_.CountAfter(now - s.trip_window) + 1 >= s.trip_errors;
+  }
+}
+
+bool TargetHealth::PassWouldChange(const HealthSettings& s, bool strong) const {
+  switch (state_) {
+    case HealthState::kUnknown:
+    case HealthState::kDown: return true;
+    case HealthState::kRecovering: return strong && recovery_passes_ + 1 >= s.recovery_probes;
+    default: return false;
+  }
+}
+
+absl::Time TargetHealth::ComesBackAt(const HealthSettings& s) const {
+  if (state_ != HealthState::kDown || s.has_health_check) return absl::InfiniteFuture();
+  return since_ + s.min_dwell;
+}
+
 bool TargetHealth::OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out) {
-  if (state_ != HealthState::kDown || s.has_health_check) return false;
-  if (now - since_ < s.min_dwell) return false;
+  if (ComesBackAt(s) > now) return false;
   Set(HealthState::kHealthy, now, absl::StrCat("usable again after ", absl::FormatDuration(s.min_dwell),
                                                " (no health check)"),
       out);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "server/engine/model.h"
+#include "common/model.h"
 
 namespace failover {
 
@@ -61,6 +61,12 @@ class FailureWindow {
     times_.clear();
     head_ = 0;
   }
+  // Failures after `cutoff`, without forgetting any.
+  size_t CountAfter(absl::Time cutoff) const {
+    size_t n = 0;
+    for (size_t i = head_; i < times_.size(); ++i) n += times_[i] > cutoff;
+    return n;
+  }
   // Forgets failures at or before `cutoff`.
   void DropUpTo(absl::Time cutoff) {
     while (head_ < times_.size() && times_[head_] <= cutoff) ++head_;
@@ -94,6 +100,13 @@ class TargetHealth {
   // A pass. `strong` passes (real successes, recovery probes) count toward
   // recovery; a liveness pass only moves DOWN to RECOVERING.
   bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out);
+  // Whether OnFailure / OnPass would change the state, without changing
+  // anything: the engine takes its single writer lock only when one would.
+  bool FailureWouldChange(const HealthSettings& s, absl::Time now) const;
+  bool PassWouldChange(const HealthSettings& s, bool strong) const;
+  // When a DOWN target without a health check comes back (InfiniteFuture when
+  // it is not such a target).
+  absl::Time ComesBackAt(const HealthSettings& s) const;
   // Targets without a health check come back `min_dwell` after going down.
   bool OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out);
   // Makes a DOWN target due for a probe now (admin "probe now", restart).

@@ -5,7 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/classify.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace failover {
 namespace {

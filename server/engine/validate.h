@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/engine/model.h"
+#include "common/model.h"
 
 namespace failover {
 

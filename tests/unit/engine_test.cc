@@ -896,48 +896,62 @@ TEST_F(ValidationTest, AFileApplyRemovesFileObjectsItNoLongerDeclaresAndKeepsApi
   EXPECT_TRUE(engine_.GetTarget("f2").ok());
 }
 
-TEST_F(EngineTest, AFailedCommitRefusesTheChangeAndChangesNothing) {
+TEST_F(EngineTest, WhileChangesAreRefusedAdminActionsFailAndOutcomesDoNotTrip) {
   TwoTargetChain();
-  std::vector<Mutation> committed;
-  bool fail = false;
-  engine_.SetCommitHook([&](const Mutation& m) {
-    if (fail) return absl::UnavailableError("disk full");
-    committed.push_back(m);
-    return absl::OkStatus();
-  });
   ASSERT_TRUE(engine_.Pin("assistant-llm", "gemma-local", now_).ok());
-  ASSERT_EQ(committed.size(), 1u);
-  EXPECT_EQ(committed[0].kind, Mutation::Kind::kPin);
-  EXPECT_EQ(committed[0].target, "gemma-local");
-
-  fail = true;
+  engine_.SetAcceptingChanges(false, "cannot write to data dir /x: No space left on device");
   const uint64_t generation = engine_.generation();
-  EXPECT_EQ(engine_.Apply(ConfigChange{{Target("x")}, {}}, ApplyOptions{}, now_).status().code(),
-            absl::StatusCode::kUnavailable);
+  const absl::Status refused = engine_.Apply(ConfigChange{{Target("x")}, {}}, ApplyOptions{}, now_).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr("No space left on device"));
   EXPECT_FALSE(engine_.GetTarget("x").ok());
   EXPECT_EQ(engine_.generation(), generation);
-  EXPECT_FALSE(engine_.TriggerManualFailover("argus-llm", "r", now_).ok());
+  EXPECT_EQ(engine_.TriggerManualFailover("argus-llm", "r", now_).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(Health("argus-llm"), HealthState::kManual);
-  EXPECT_FALSE(engine_.Unpin("assistant-llm", now_).ok());
+  EXPECT_EQ(engine_.Unpin("assistant-llm", now_).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(Status("assistant-llm").pinned_target, "gemma-local");
+  // Decisions go on from memory; a failure is answered but trips nothing.
+  ReportResult r = Report("", "argus-llm", Http(500), "assistant-llm");
+  EXPECT_EQ(r.verdict, Verdict::kTryNext);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kUnknown);
+
+  engine_.SetAcceptingChanges(true);
+  ASSERT_TRUE(engine_.Unpin("assistant-llm", now_).ok());
+  Report("", "argus-llm", Http(500), "assistant-llm");
+  EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
 }
 
-TEST_F(EngineTest, ConfigMutationsCarryTheNewGenerationAndTheObjects) {
+TEST_F(EngineTest, EveryStateChangeLeavesAsOneChangeNumberedInOrder) {
+  std::vector<Change> changes;
+  engine_.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });
   TwoTargetChain();
-  std::vector<Mutation> committed;
-  engine_.SetCommitHook([&](const Mutation& m) {
-    committed.push_back(m);
-    return absl::OkStatus();
-  });
-  const uint64_t before = engine_.generation();
-  ApplyOk({Target("x")}, {});
-  ASSERT_EQ(committed.size(), 1u);
-  EXPECT_EQ(committed[0].generation, before + 1);
-  ASSERT_EQ(committed[0].put_targets.size(), 1u);
-  EXPECT_EQ(committed[0].put_targets[0].name, "x");
-  ASSERT_TRUE(engine_.DeleteTarget("x", now_).ok());
-  ASSERT_EQ(committed.size(), 2u);
-  EXPECT_EQ(committed[1].deleted_targets, std::vector<std::string>{"x"});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].config_generation, engine_.generation());
+  EXPECT_EQ(changes[0].put_targets.size(), 2u);
+  ASSERT_TRUE(engine_.Pin("assistant-llm", "gemma-local", now_).ok());
+  ASSERT_EQ(changes.size(), 2u);
+  ASSERT_EQ(changes[1].pins.size(), 1u);
+  EXPECT_EQ(changes[1].pins[0].target, "gemma-local");
+  ASSERT_EQ(changes[1].chains.size(), 1u);
+  EXPECT_EQ(changes[1].chains[0].state, ChainState::kPinned);
+  // A report that trips a target: its health record and event in one Change.
+  Report("", "argus-llm", Http(500), "assistant-llm");
+  ASSERT_EQ(changes.size(), 3u);
+  ASSERT_EQ(changes[2].targets.size(), 1u);
+  EXPECT_EQ(changes[2].targets[0].automatic, HealthState::kDown);
+  // A report that changes nothing leaves no Change.
+  Report("", "gemma-local", Success(), "assistant-llm");
+  Report("", "gemma-local", Success(), "assistant-llm");
+  ASSERT_EQ(changes.size(), 4u);  // the first success took gemma-local from UNKNOWN to HEALTHY
+  ASSERT_TRUE(engine_.DeleteChain("assistant-llm", now_).ok());
+  ASSERT_TRUE(engine_.DeleteTarget("argus-llm", now_).ok());
+  EXPECT_EQ(changes.back().deleted_targets, std::vector<std::string>{"argus-llm"});
+  // Sequences run on from one Change to the next, without a gap.
+  uint64_t expected = 1;
+  for (const Change& c : changes) {
+    for (const Event& e : c.events) EXPECT_EQ(e.sequence, expected++);
+    EXPECT_EQ(c.next_sequence, expected);
+  }
 }
 
 TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
@@ -945,14 +959,14 @@ TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
   state.generation = 7;
   state.targets = {Target("a"), Target("b"), Target("c")};
   state.chains = {Chain("ch", {"a", "b"}), Chain("other", {"a", "c"})};
-  RestoredTarget down;
+  TargetStateRecord down;
   down.name = "a";
   down.automatic = HealthState::kDown;
   down.since = now_ - absl::Minutes(30);
   down.trips = 4;
   down.last_error = "server_error: 500";
   state.health = {down};
-  state.chain_states = {RestoredChain{"ch", "b", ChainState::kFallback, now_ - absl::Minutes(30), now_ - absl::Minutes(30)}};
+  state.chain_states = {ChainStateRecord{"ch", "b", ChainState::kFallback, now_ - absl::Minutes(30), now_ - absl::Minutes(30)}};
   state.pins["other"] = "c";
   state.manual["c"] = RestoredManual{"maintenance", now_ - absl::Minutes(1)};
   auto settled = engine_.Restore(state, now_);

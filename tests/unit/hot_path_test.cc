@@ -1,7 +1,7 @@
 // The hot path touches memory only (DESIGN 2): a ReportOutcome that changes no
 // state never reaches the disk, and while a trip's transition is being written,
-// picks and quiet reports on other chains carry on. The write is held open
-// with a sink that blocks until the test lets it go.
+// picks and quiet reports on other chains carry on. The committer's write is
+// held open by a stand-in for the data dir that blocks until the test lets it go.
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
-#include "server/engine/clock.h"
+#include "common/clock.h"
 #include "server/engine/engine.h"
 
 namespace failover::api {
@@ -58,7 +58,7 @@ class BlockingSink {
 class HotPathTest : public ::testing::Test {
  protected:
   HotPathTest() : service_(Context(), WatchOptions()) {
-    events_.SetSink([this](const Events&) { sink_.Write(); });
+    engine_.SetChangeSink([this](Change&& c) { committer_.Submit(std::move(c)); });
     ConfigChange change;
     for (const char* name : {"a", "b", "c", "d"}) {
       TargetConfig t;
@@ -82,6 +82,7 @@ class HotPathTest : public ::testing::Test {
     ctx.engine = &engine_;
     ctx.clock = &clock_;
     ctx.events = &events_;
+    ctx.committer = &committer_;
     return ctx;
   }
 
@@ -111,14 +112,19 @@ class HotPathTest : public ::testing::Test {
   Engine engine_;
   EventLog events_;
   BlockingSink sink_;
+  Committer committer_{[this](const std::vector<const Change*>&) {
+                         sink_.Write();
+                         return absl::OkStatus();
+                       },
+                       [this](const Change& c) { events_.Publish(c.events); }, [](const absl::Status&) {}};
   DecisionService service_;
 };
 
 TEST_F(HotPathTest, AReportThatChangesNothingWritesNothing) {
-  Report("other", "c", 0);  // UNKNOWN -> HEALTHY: one transition, one batch each
+  Report("other", "c", 0);  // UNKNOWN -> HEALTHY: one transition, one write each
   Report("other", "d", 0);
   const int after_first = sink_.writes();
-  EXPECT_EQ(after_first, 2);
+  EXPECT_GE(after_first, 1);  // grouped with the config's write, or not
   for (int i = 0; i < 100; ++i) {
     Report("other", "c", 0);
     Pick("tripping");

@@ -48,14 +48,16 @@ TEST(StoreTest, KeysSortInNumericOrder) {
   }
 }
 
+absl::Status WriteOne(Store& store, const Change& c) { return store.Write({&c}); }
+
 TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   TempDir dir;
   std::string instance;
   {
     auto store = OpenOk(dir.path());
     instance = store->instance_id();
-    Mutation config;
-    config.generation = 5;
+    Change config;
+    config.config_generation = 5;
     TargetConfig a;
     a.name = "ollama/qwen3:8b";
     a.kind = TargetKind::kLocal;
@@ -66,6 +68,7 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     TargetConfig b;
     b.name = "b";
     b.weight = 3;
+    b.upstream_model = "gpt-4o";
     config.put_targets = {a, b};
     ChainConfig c;
     c.name = "ch";
@@ -75,34 +78,22 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     c.policy.retry_on_statuses = {"5xx"};
     c.policy.same_target_retries[Reason::kNetwork] = 0;
     config.put_chains = {c};
-    ASSERT_TRUE(store->Commit(config).ok());
-    Mutation pin;
-    pin.kind = Mutation::Kind::kPin;
-    pin.chain = "ch";
-    pin.target = "b";
-    ASSERT_TRUE(store->Commit(pin).ok());
-    Mutation manual;
-    manual.kind = Mutation::Kind::kManual;
-    manual.target = "b";
-    manual.manual = true;
-    manual.reason = "maintenance";
-    manual.since = kT0;
-    ASSERT_TRUE(store->Commit(manual).ok());
-
-    TargetStatus health;
+    // Two Changes in one write, as the committer groups them.
+    Change admin;
+    admin.pins.push_back(PinRecord{"ch", "b"});
+    admin.manual.push_back(ManualFailoverRecord{"b", true, "maintenance", kT0});
+    TargetStateRecord health;
     health.name = "ollama/qwen3:8b";
     health.automatic = HealthState::kDown;
     health.since = kT0;
     health.trips = 3;
     health.last_error = "server_error: 500";
     health.last_error_time = kT0;
-    ChainStatus chain;
-    chain.name = "ch";
-    chain.active_target = "b";
-    chain.state = ChainState::kFallback;
-    chain.active_since = kT0;
-    chain.last_switch = kT0;
-    ASSERT_TRUE(store->WriteTransitions({health}, {chain}, {SwitchEvent(1, kT0), SwitchEvent(2, kT0)}).ok());
+    admin.targets = {health};
+    admin.chains = {ChainStateRecord{"ch", "b", ChainState::kFallback, kT0, kT0}};
+    admin.events = {SwitchEvent(1, kT0), SwitchEvent(2, kT0)};
+    admin.next_sequence = 3;
+    ASSERT_TRUE(store->Write({&config, &admin}).ok());
     EXPECT_EQ(store->next_sequence(), 3u);
     ASSERT_TRUE(store->Close().ok());
   }
@@ -112,12 +103,16 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   auto state = store->Load();
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->generation, 5u);
+  EXPECT_EQ(state->next_sequence, 3u);
   ASSERT_EQ(state->targets.size(), 2u);
   EXPECT_EQ(state->targets[1].name, "ollama/qwen3:8b");
   EXPECT_EQ(state->targets[1].kind, TargetKind::kLocal);
   EXPECT_EQ(state->targets[1].labels.at("base_url"), "http://127.0.0.1:11434/v1");
   EXPECT_EQ(state->targets[1].timeout, absl::Seconds(30));
   EXPECT_EQ(state->targets[1].managed_by, "/etc/failoverd/a.yaml");
+  // The model as declared: empty stays empty (it means "the target name").
+  EXPECT_EQ(state->targets[1].upstream_model, "");
+  EXPECT_EQ(state->targets[0].upstream_model, "gpt-4o");
   EXPECT_EQ(state->targets[0].weight, 3u);
   ASSERT_EQ(state->chains.size(), 1u);
   EXPECT_EQ(state->chains[0].strategy, Strategy::kRoundRobin);
@@ -145,31 +140,33 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
 TEST(StoreTest, DeletingAChainOrTargetRemovesItsRuntimeRecords) {
   TempDir dir;
   auto store = OpenOk(dir.path());
-  Mutation pin;
-  pin.kind = Mutation::Kind::kPin;
-  pin.chain = "ch";
-  pin.target = "b";
-  ASSERT_TRUE(store->Commit(pin).ok());
-  Mutation del;
-  del.generation = 2;
+  Change pin;
+  pin.pins.push_back(PinRecord{"ch", "b"});
+  ASSERT_TRUE(WriteOne(*store, pin).ok());
+  Change del;
+  del.config_generation = 2;
   del.deleted_chains = {"ch"};
-  ASSERT_TRUE(store->Commit(del).ok());
+  ASSERT_TRUE(WriteOne(*store, del).ok());
   auto state = store->Load();
   ASSERT_TRUE(state.ok());
   EXPECT_TRUE(state->pins.empty());
   // Unpin deletes the pin.
-  ASSERT_TRUE(store->Commit(pin).ok());
-  pin.target.clear();
-  ASSERT_TRUE(store->Commit(pin).ok());
+  ASSERT_TRUE(WriteOne(*store, pin).ok());
+  EXPECT_EQ(store->Load()->pins.size(), 1u);
+  pin.pins[0].target.clear();
+  ASSERT_TRUE(WriteOne(*store, pin).ok());
   EXPECT_TRUE(store->Load()->pins.empty());
 }
 
 TEST(StoreTest, EventsAreTrimmedByCountAndByAge) {
   TempDir dir;
   auto store = OpenOk(dir.path());
-  Events events;
-  for (uint64_t i = 1; i <= 100; ++i) events.push_back(SwitchEvent(i, kT0 + absl::Minutes(static_cast<int64_t>(i))));
-  ASSERT_TRUE(store->WriteTransitions({}, {}, events).ok());
+  Change change;
+  for (uint64_t i = 1; i <= 100; ++i) {
+    change.events.push_back(SwitchEvent(i, kT0 + absl::Minutes(static_cast<int64_t>(i))));
+  }
+  change.next_sequence = 101;
+  ASSERT_TRUE(WriteOne(*store, change).ok());
   ASSERT_TRUE(store->TrimEvents(30, absl::Hours(1000), kT0 + absl::Minutes(100)).ok());
   auto left = store->RecentEvents(1000);
   ASSERT_TRUE(left.ok());
@@ -187,6 +184,53 @@ TEST(StoreTest, EventsAreTrimmedByCountAndByAge) {
   after = store->EventsAfter(95, 100, &complete);
   EXPECT_TRUE(complete);
   EXPECT_EQ(after->size(), 5u);
+}
+
+TEST(StoreTest, WritesPastTheKeptCountDropTheOldestEventsAtOnce) {
+  TempDir dir;
+  StoreOptions options;
+  options.events_keep = 10;
+  auto opened = Store::Open(dir.path(), options);
+  ASSERT_TRUE(opened.ok());
+  auto store = std::move(opened).value();
+  for (uint64_t i = 1; i <= 25; ++i) {
+    Change c;
+    c.events = {SwitchEvent(i, kT0)};
+    c.next_sequence = i + 1;
+    ASSERT_TRUE(WriteOne(*store, c).ok());
+  }
+  auto left = store->RecentEvents(1000);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 10u);
+  EXPECT_EQ(left->front().sequence, 16u);
+  bool complete = true;
+  ASSERT_TRUE(store->EventsAfter(3, 100, &complete).ok());
+  EXPECT_FALSE(complete);
+}
+
+TEST(StoreTest, EveryCallAfterCloseIsRefusedNotACrash) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  ASSERT_TRUE(store->Close().ok());
+  Change c;
+  c.events = {SwitchEvent(1, kT0)};
+  EXPECT_EQ(WriteOne(*store, c).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->Load().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->RecentEvents(1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->TrimEvents(1, absl::Hours(1), kT0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(StoreTest, ADataDirOfTheEarlierSchemaIsRefusedNamingWhatToDo) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    ASSERT_TRUE(store->db()->Put(rocksdb::WriteOptions(), store->handle(Family::kMeta), "schema_version", "1").ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto refused = Store::Open(dir.path());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("earlier failoverd"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--data-dir"));
 }
 
 TEST(StoreTest, ANewerSchemaIsRefusedAndNothingIsOverwritten) {

@@ -2,6 +2,8 @@
 // `now`. The service layer reads it from a Clock so tests can drive it by hand.
 #pragma once
 
+#include <chrono>
+
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -14,9 +16,22 @@ class Clock {
   virtual absl::Time Now() const = 0;
 };
 
+// failoverd's clock: the wall time when it was made plus the monotonic time
+// since. Holds, dwells and cooldowns are spans between two readings, so a
+// step of the wall clock (an NTP jump, `date -s`) cannot stretch or cut them;
+// the times shown and stored stay close to wall time.
 class RealClock final : public Clock {
  public:
-  absl::Time Now() const override { return absl::Now(); }
+  RealClock() : RealClock(absl::Now()) {}
+  explicit RealClock(absl::Time wall_at_start)
+      : wall_at_start_(wall_at_start), monotonic_at_start_(std::chrono::steady_clock::now()) {}
+  absl::Time Now() const override {
+    return wall_at_start_ + absl::FromChrono(std::chrono::steady_clock::now() - monotonic_at_start_);
+  }
+
+ private:
+  const absl::Time wall_at_start_;
+  const std::chrono::steady_clock::time_point monotonic_at_start_;
 };
 
 // A clock that moves only when told to.

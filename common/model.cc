@@ -1,4 +1,4 @@
-#include "server/engine/model.h"
+#include "common/model.h"
 
 #include <tuple>
 

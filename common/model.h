@@ -126,12 +126,13 @@ enum class EventKind : uint8_t { kChainSwitched, kTargetState, kConfigChanged };
 enum class ConfigObject : uint8_t { kTarget, kChain, kPin };
 enum class ConfigChangeKind : uint8_t { kCreated, kUpdated, kDeleted, kUnchanged };
 
-// One state change leaving the engine. The service layer numbers, persists,
-// logs and streams it. Only the fields of its kind are set.
+// One observable state change, part of a Change (change.h). Numbered by the
+// engine; made durable, logged and streamed by the committer. Only the fields
+// of its kind are set.
 struct Event {
   EventKind kind = EventKind::kTargetState;
   absl::Time time;
-  uint64_t sequence = 0;  // assigned by the service layer
+  uint64_t sequence = 0;  // stamped by the engine's single writer (DESIGN 2)
 
   // kChainSwitched
   std::string chain;

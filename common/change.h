@@ -1,0 +1,89 @@
+// A Change: one state change as it leaves the engine (DESIGN 2, "One ordered
+// change stream"). It carries everything that must be durable (config, pins,
+// manual failovers, the health and chain records it touched) and the events
+// that announce it, numbered by the engine's single writer. The committer
+// stores Changes in order, then publishes their events; storage reads the
+// records back into a RestoredState at start.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/model.h"
+
+namespace failover {
+
+// A target's automatic health and what explains it.
+struct TargetStateRecord {
+  std::string name;
+  HealthState automatic = HealthState::kUnknown;
+  absl::Time since = absl::InfinitePast();
+  uint32_t trips = 0;
+  uint32_t recovery_passes = 0;
+  Source source = Source::kAuto;
+  std::string reason;
+  std::string last_error;
+  absl::Time last_error_time = absl::InfinitePast();
+  absl::Time last_probe = absl::InfinitePast();
+};
+
+// A chain's active target and state.
+struct ChainStateRecord {
+  std::string name;
+  std::string active;
+  ChainState state = ChainState::kPrimary;
+  absl::Time active_since = absl::InfinitePast();
+  absl::Time last_switch = absl::InfinitePast();
+};
+
+struct PinRecord {
+  std::string chain;
+  std::string target;  // empty: unpinned
+};
+
+struct ManualFailoverRecord {
+  std::string target;
+  bool active = false;  // false: cancelled
+  std::string reason;
+  absl::Time since = absl::InfinitePast();
+};
+
+struct Change {
+  // Config: set when the change bumps the generation.
+  uint64_t config_generation = 0;
+  std::vector<TargetConfig> put_targets;
+  std::vector<std::string> deleted_targets;
+  std::vector<ChainConfig> put_chains;
+  std::vector<std::string> deleted_chains;
+  std::vector<PinRecord> pins;
+  std::vector<ManualFailoverRecord> manual;
+  // The state of every target and chain the change touched, as it left them.
+  std::vector<TargetStateRecord> targets;
+  std::vector<ChainStateRecord> chains;
+  // Numbered consecutively; the first follows the previous Change's last.
+  Events events;
+  // The sequence the next event will get once this Change is applied.
+  uint64_t next_sequence = 1;
+};
+
+// What storage hands back at start: the sum of every Change stored.
+struct RestoredManual {
+  std::string reason;
+  absl::Time since;
+};
+
+struct RestoredState {
+  uint64_t generation = 0;
+  std::vector<TargetConfig> targets;
+  std::vector<ChainConfig> chains;
+  std::map<std::string, std::string> pins;  // chain -> target
+  std::map<std::string, RestoredManual> manual;
+  std::vector<TargetStateRecord> health;
+  std::vector<ChainStateRecord> chain_states;
+  uint64_t next_sequence = 1;
+};
+
+}  // namespace failover

@@ -1,0 +1,116 @@
+#include "server/committer/committer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace failover {
+namespace {
+thread_local Committer::Scope* current_scope = nullptr;
+}  // namespace
+
+Committer::Scope::Scope(Committer* committer) : committer_(committer), outer_(current_scope) {
+  current_scope = this;
+}
+
+Committer::Scope::~Scope() { current_scope = outer_; }
+
+Committer::Committer(WriteFn write, PublishFn publish, HealthFn on_health, absl::Duration retry_interval)
+    : write_(std::move(write)),
+      publish_(std::move(publish)),
+      on_health_(std::move(on_health)),
+      retry_interval_(retry_interval),
+      thread_([this] { Run(); }) {}
+
+Committer::~Committer() { Stop(); }
+
+uint64_t Committer::Submit(Change change) {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = next_ticket_++;
+    if (stopped_) {
+      failed_up_to_ = ticket;
+      failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
+    } else {
+      queue_.emplace_back(ticket, std::move(change));
+    }
+  }
+  work_.notify_one();
+  for (Scope* s = current_scope; s != nullptr; s = s->outer_) {
+    if (s->committer_ == this) {
+      s->last_ = ticket;
+      break;
+    }
+  }
+  return ticket;
+}
+
+absl::Status Committer::Await(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [&] { return published_ >= ticket || failed_up_to_ >= ticket; });
+  if (published_ >= ticket) return absl::OkStatus();
+  return failure_;
+}
+
+void Committer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  work_.notify_one();
+  thread_.join();
+}
+
+void Committer::Run() {
+  bool failing = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (failing && !stopping_) {
+      work_.wait_for(lock, absl::ToChronoNanoseconds(retry_interval_), [&] { return stopping_; });
+    } else {
+      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    }
+    if (queue_.empty()) {
+      if (stopping_) break;
+      continue;
+    }
+    // Everything ready now goes in one write. The queue keeps the Changes
+    // until they are durable, so a failed write is retried whole.
+    std::vector<const Change*> batch;
+    batch.reserve(queue_.size());
+    for (const auto& [ticket, change] : queue_) batch.push_back(&change);
+    const uint64_t last = queue_.back().first;
+    const size_t count = batch.size();
+    const bool last_try = stopping_;
+    lock.unlock();
+    // deque elements stay put while Submit appends, so `batch` stays valid.
+    const absl::Status written = write_(batch);
+    if (written.ok()) {
+      if (failing) on_health_(absl::OkStatus());
+      failing = false;
+      for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
+      lock.lock();
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+      published_ = last;
+      done_.notify_all();
+    } else {
+      if (!failing) on_health_(written);
+      failing = true;
+      lock.lock();
+      failure_ = absl::UnavailableError(
+          absl::StrCat(written.message(), "; failoverd refuses changes until the data dir takes writes again"));
+      failed_up_to_ = next_ticket_ - 1;
+      done_.notify_all();
+    }
+    if (last_try && !written.ok()) break;
+  }
+  stopped_ = true;
+  // What could not be written is lost with the process, as its callers were told.
+  failed_up_to_ = next_ticket_ - 1;
+  if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
+  done_.notify_all();
+}
+
+}  // namespace failover

@@ -1,0 +1,92 @@
+// The committer (DESIGN 2): makes the engine's Changes durable in sequence
+// order, grouping the ones that are ready at once into one synced write, and
+// only then publishes them (watchers, metrics, the log) in the same order.
+// The RPC that caused a Change answers after that (Scope::Await).
+//
+// A write that fails is retried until the disk takes it: meanwhile every
+// waiting RPC gets the error, the health callback is told (failoverd refuses
+// further changes and reports NOT_SERVING), and nothing of the failed Changes
+// is published. Sequence numbers are never reused: a Change is numbered once,
+// and nobody sees it before it is on disk.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/change.h"
+
+namespace failover {
+
+class Committer {
+ public:
+  // Writes changes, in order, in one durable write.
+  using WriteFn = std::function<absl::Status(const std::vector<const Change*>&)>;
+  // Called for each durable Change, in order, on the committer's thread.
+  using PublishFn = std::function<void(const Change&)>;
+  // Called when writes start failing (the error) and when they succeed again (OK).
+  using HealthFn = std::function<void(const absl::Status&)>;
+
+  Committer(WriteFn write, PublishFn publish, HealthFn on_health,
+            absl::Duration retry_interval = absl::Seconds(1));
+  // Stops (see Stop).
+  ~Committer();
+  Committer(const Committer&) = delete;
+  Committer& operator=(const Committer&) = delete;
+
+  // Queues a Change. The engine calls it under its writer lock, in sequence
+  // order; it only queues. Returns the Change's ticket.
+  uint64_t Submit(Change change);
+  // Waits until the Change with `ticket` (and every one before it) is durable
+  // and published: OK; or until its write failed: the error.
+  [[nodiscard]] absl::Status Await(uint64_t ticket);
+  // Writes and publishes what is queued (one last try), then ends the thread.
+  // Later Submits are dropped and their Await fails.
+  void Stop();
+
+  // Collects the tickets of the Changes the current thread submits while it
+  // lives, so an RPC can wait for exactly what it caused.
+  class Scope {
+   public:
+    explicit Scope(Committer* committer);  // null: Await is OK at once
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    bool changed() const { return last_ != 0; }
+    [[nodiscard]] absl::Status Await() { return last_ == 0 ? absl::OkStatus() : committer_->Await(last_); }
+
+   private:
+    friend class Committer;
+    Committer* committer_;
+    Scope* outer_;
+    uint64_t last_ = 0;
+  };
+
+ private:
+  void Run();
+
+  const WriteFn write_;
+  const PublishFn publish_;
+  const HealthFn on_health_;
+  const absl::Duration retry_interval_;
+
+  std::mutex mu_;
+  std::condition_variable work_;  // the thread waits for Changes
+  std::condition_variable done_;  // Await waits for tickets
+  std::deque<std::pair<uint64_t, Change>> queue_;
+  uint64_t next_ticket_ = 1;
+  uint64_t published_ = 0;     // every ticket up to here is durable and published
+  uint64_t failed_up_to_ = 0;  // every ticket up to here was in a write that failed
+  absl::Status failure_;       // that write's error
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+}  // namespace failover

@@ -1,0 +1,241 @@
+#include "server/daemon.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "server/api/admin_service.h"
+#include "server/api/auth.h"
+#include "server/api/decision_service.h"
+#include "server/api/event_log.h"
+#include "server/api/metrics.h"
+#include "server/api/release_memory.h"
+#include "server/api/service_context.h"
+#include "server/committer/committer.h"
+#include "server/config_reloader.h"
+#include "server/credentials.h"
+#include "server/engine/engine.h"
+#include "server/log/log.h"
+#include "server/ticker.h"
+#include "storage/store.h"
+
+namespace failover {
+namespace {
+
+// The services whose health is reported; "" is the server as a whole.
+constexpr const char* kHealthServices[] = {"", "failover.v1.DecisionService", "failover.v1.AdminService"};
+
+absl::Status Refuse(absl::string_view what, const absl::Status& why) {
+  return absl::Status(why.code(), absl::StrCat(what, ": ", why.message()));
+}
+
+}  // namespace
+
+Daemon::Daemon(Flags flags) : flags_(std::move(flags)) {}
+
+Daemon::~Daemon() { (void)Stop(); }
+
+void Daemon::SetServingLocked(bool serving) {
+  if (server_ == nullptr) return;
+  for (const char* name : kHealthServices) server_->GetHealthCheckService()->SetServingStatus(name, serving);
+}
+
+void Daemon::OnWrites(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  writes_ok_ = status.ok();
+  if (status.ok()) {
+    log::Info("the data dir takes writes again; accepting changes", {{"data_dir", flags_.data_dir}});
+  } else {
+    log::Error(absl::StrCat("cannot save state changes, refusing further changes until the data dir takes "
+                            "writes again: ",
+                            status.message()));
+  }
+  engine_->SetAcceptingChanges(status.ok(), std::string(status.message()));
+  SetServingLocked(serving_ && writes_ok_);
+}
+
+absl::Status Daemon::Start() {
+  storage::StoreOptions store_options;
+  store_options.events_keep = flags_.events_keep;
+  auto store = storage::Store::Open(flags_.data_dir, store_options);
+  if (!store.ok()) return Refuse("cannot open the data dir", store.status());
+  store_ = std::move(store).value();
+
+  // Restore everything before serving.
+  EngineOptions engine_options;
+  engine_options.max_targets = flags_.max_targets;
+  engine_options.max_chains = flags_.max_chains;
+  engine_ = std::make_unique<Engine>(engine_options);
+  const absl::Time restore_start = clock_.Now();
+  auto restored = store_->Load();
+  if (!restored.ok()) return Refuse("cannot read the data dir", restored.status());
+
+  registry_ = std::make_shared<prometheus::Registry>();
+  metrics_ = std::make_unique<api::Metrics>(*registry_);
+  state_gauges_ = std::make_shared<api::StateCollector>(engine_.get());
+  events_ = std::make_unique<api::EventLog>(1000, restored->next_sequence - 1);
+  auto recent = store_->RecentEvents(1000);
+  if (recent.ok()) events_->Preload(std::move(recent).value());
+  committer_ = std::make_unique<Committer>(
+      [this](const std::vector<const Change*>& changes) { return store_->Write(changes); },
+      [this](const Change& change) {
+        events_->Publish(change.events);
+        metrics_->OnEvents(change.events);
+      },
+      [this](const absl::Status& status) { OnWrites(status); });
+  engine_->SetChangeSink([this](Change&& change) { committer_->Submit(std::move(change)); });
+
+  {
+    Committer::Scope settled(committer_.get());
+    auto restore = engine_->Restore(*restored, clock_.Now());
+    if (!restore.ok()) {
+      return Refuse(absl::StrCat("cannot restore the stored state from ", flags_.data_dir), restore.status());
+    }
+    const absl::Status saved = settled.Await();
+    if (!saved.ok()) return Refuse("cannot save the restored state", saved);
+  }
+  log::Info("state restored", {{"data_dir", flags_.data_dir},
+                               {"instance", store_->instance_id()},
+                               {"targets", std::to_string(restored->targets.size())},
+                               {"chains", std::to_string(restored->chains.size())},
+                               {"generation", std::to_string(restored->generation)},
+                               {"next_sequence", std::to_string(restored->next_sequence)},
+                               {"took", absl::FormatDuration(clock_.Now() - restore_start)}});
+  *restored = RestoredState();
+  api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
+
+  if (!flags_.config.empty()) {
+    reloader_ = std::make_unique<ConfigReloader>(flags_.config, engine_.get(), &clock_, committer_.get());
+    const absl::Status applied = reloader_->Apply();
+    if (!applied.ok()) return Refuse("bad config", applied);
+    if (flags_.config_poll_seconds > 0) reloader_->Watch(absl::Seconds(flags_.config_poll_seconds));
+  }
+  ticker_ = std::make_unique<Ticker>(engine_.get(), &clock_, store_.get(), flags_.events_keep,
+                                     absl::Hours(flags_.events_max_age_hours));
+
+  prometheus::BuildGauge()
+      .Name("failover_build_info")
+      .Help("Build information; always 1.")
+      .Register(*registry_)
+      .Add({{"version", FAILOVERD_VERSION}})
+      .Set(1);
+  if (!flags_.metrics_listen.empty()) {
+    try {
+      exposer_ = std::make_unique<prometheus::Exposer>(flags_.metrics_listen);
+      exposer_->RegisterCollectable(registry_);
+      exposer_->RegisterCollectable(state_gauges_);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", flags_.metrics_listen, ": ", e.what()));
+    }
+  }
+
+  if (!flags_.tokens_file.empty()) {
+    auto loaded = api::Authorizer::FromFile(flags_.tokens_file);
+    if (!loaded.ok()) return Refuse("bad --tokens-file", loaded.status());
+    auth_ = std::move(loaded).value();
+    log::Info("bearer tokens required", {{"tokens_file", flags_.tokens_file},
+                                         {"tokens", std::to_string(auth_->token_count())}});
+  } else {
+    log::Warn("no --tokens-file: every caller that reaches the port may make decisions and change the config");
+  }
+  auto credentials = ServerCredentials(flags_);
+  if (!credentials.ok()) return credentials.status();
+  api::ServiceContext context;
+  context.engine = engine_.get();
+  context.clock = &clock_;
+  context.events = events_.get();
+  context.committer = committer_.get();
+  context.metrics = metrics_.get();
+  context.auth = auth_.get();
+  context.started = clock_.Now();
+  context.version = FAILOVERD_VERSION;
+  api::WatchOptions watch;
+  watch.queue_limit = flags_.watch_queue;
+  watch.max_watchers = flags_.max_watchers;
+  watch.history = [this](uint64_t after, size_t limit, bool* complete) {
+    return store_->EventsAfter(after, limit, complete);
+  };
+  decision_service_ = std::make_unique<api::DecisionService>(context, watch);
+  admin_service_ = std::make_unique<api::AdminService>(context);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(flags_.listen, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(flags_.max_message_bytes));
+  builder.RegisterService(decision_service_.get());
+  builder.RegisterService(admin_service_.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", flags_.listen));
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    server_ = std::move(server);
+    serving_ = true;
+    SetServingLocked(writes_ok_);
+  }
+  const std::string metrics_port =
+      exposer_ && !exposer_->GetListeningPorts().empty() ? std::to_string(exposer_->GetListeningPorts()[0]) : "";
+  log::Info("failoverd serving", {{"listen", flags_.listen}, {"port", std::to_string(port)},
+                                  {"metrics_port", metrics_port}});
+  if (!flags_.port_file.empty()) {
+    // Written whole under a temp name, then renamed, so readers never see half a number.
+    const std::string tmp = flags_.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), flags_.port_file.c_str());
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::Reload() {
+  if (auth_) {
+    // A tokens file that no longer parses keeps the old tokens.
+    const absl::Status reloaded = auth_->Reload();
+    if (reloaded.ok()) {
+      log::Info("tokens reloaded", {{"tokens_file", flags_.tokens_file},
+                                    {"tokens", std::to_string(auth_->token_count())}});
+    } else {
+      log::Error(absl::StrCat("tokens not reloaded, the previous ones stay: ", reloaded.message()));
+    }
+  }
+  if (reloader_) {
+    reloader_->Reload("SIGHUP");
+  } else {
+    log::Info("SIGHUP received; no --config to reload");
+  }
+}
+
+absl::Status Daemon::Stop() {
+  if (stopped_) return absl::OkStatus();
+  stopped_ = true;
+  // In reverse of Start: the port first (watchers end, calls in flight get the
+  // grace), then whatever makes changes, then the committer (it saves what is
+  // queued), then the store.
+  if (server_ != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      serving_ = false;
+      SetServingLocked(false);
+    }
+    if (events_) events_->CloseWatchers();
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(flags_.shutdown_grace_seconds * 1000)));
+    server_->Wait();
+    log::Debug("grpc server drained");
+  }
+  reloader_.reset();
+  if (ticker_) ticker_->Stop();
+  if (committer_) committer_->Stop();
+  absl::Status closed = absl::OkStatus();
+  if (store_) closed = store_->Close();
+  if (!closed.ok()) return Refuse("closing the data dir failed", closed);
+  return absl::OkStatus();
+}
+
+}  // namespace failover

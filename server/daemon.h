@@ -1,0 +1,82 @@
+// The failoverd process: owns every part and their lifetimes. Start() brings
+// them up in order (data dir, engine restore, committer, config files,
+// ticker, metrics, gRPC server); Stop() takes them down in reverse, so
+// nothing runs against a closed store.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "server/flags.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+class Registry;
+}
+
+namespace failover {
+
+class Committer;
+class ConfigReloader;
+class Engine;
+class Ticker;
+namespace storage {
+class Store;
+}
+namespace api {
+class AdminService;
+class Authorizer;
+class DecisionService;
+class EventLog;
+class Metrics;
+class StateCollector;
+}  // namespace api
+
+class Daemon {
+ public:
+  explicit Daemon(Flags flags);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Errors name the flag, file or dir at fault; nothing is left running.
+  [[nodiscard]] absl::Status Start();
+  // SIGHUP: tokens and config files are read again.
+  void Reload();
+  // Safe to call twice.
+  [[nodiscard]] absl::Status Stop();
+
+ private:
+  // The committer's health callback: writes failing (an error) or working again (OK).
+  void OnWrites(const absl::Status& status);
+  void SetServingLocked(bool serving);
+
+  const Flags flags_;
+  RealClock clock_;
+  std::unique_ptr<storage::Store> store_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<api::Metrics> metrics_;
+  std::shared_ptr<api::StateCollector> state_gauges_;
+  std::unique_ptr<api::EventLog> events_;
+  std::unique_ptr<Committer> committer_;
+  std::unique_ptr<ConfigReloader> reloader_;
+  std::unique_ptr<Ticker> ticker_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<api::Authorizer> auth_;
+  std::unique_ptr<api::DecisionService> decision_service_;
+  std::unique_ptr<api::AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+
+  std::mutex health_mu_;
+  bool writes_ok_ = true;  // guarded by health_mu_
+  bool serving_ = false;   // guarded by health_mu_
+  bool stopped_ = false;
+};
+
+}  // namespace failover

@@ -1,0 +1,305 @@
+// Config changes and the restore at start (DESIGN 3.1, 3.10).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/engine/change_writer.h"
+#include "server/engine/engine_internal.h"
+#include "server/engine/validate.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const ApplyOptions& options, absl::Time now) {
+  ChangeWriter w(*this);
+  std::shared_ptr<const Snapshot> cur = Load();
+  std::map<std::string, TargetConfig> targets;
+  std::map<std::string, ChainConfig> chains;
+  for (const TargetEntry& t : cur->targets) targets[t.config.name] = t.config;
+  for (const ChainEntry& c : cur->chains) chains[c.config.name] = c.config;
+
+  ApplyResult result;
+  auto check_owner = [&](const std::string& path, const char* what, const std::string& name,
+                         const std::string& owner) -> absl::Status {
+    if (!options.from_files && !owner.empty()) return ManagedElsewhere(path, what, name, owner);
+    return absl::OkStatus();
+  };
+  std::set<std::string> request_names;
+  for (size_t i = 0; i < change.targets.size(); ++i) {
+    const std::string path = absl::StrCat("targets[", i, "]");
+    TargetConfig t = change.targets[i];
+    if (!options.from_files) t.managed_by.clear();
+    RETURN_IF_ERROR(ValidateTarget(t, path));
+    if (!request_names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", t.name, "\" appears twice in this request"));
+    }
+    if (chains.count(t.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".name: \"", t.name, "\" is already the name of a chain"));
+    }
+    if (t.warm && t.kind == TargetKind::kRemote) {
+      result.warnings.push_back(absl::StrCat(path, ".warm: has no effect on a remote target (\"", t.name, "\")"));
+    }
+    ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}};
+    auto it = targets.find(t.name);
+    if (it != targets.end()) {
+      RETURN_IF_ERROR(check_owner(path, "target", t.name, it->second.managed_by));
+      d.changed_fields = ChangedFields(it->second, t);
+      d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
+    }
+    targets[t.name] = std::move(t);
+    result.changes.push_back(std::move(d));
+  }
+  auto kind_of = [&](const std::string& name) -> std::string {
+    if (targets.count(name)) return "target";
+    if (chains.count(name)) return "chain";
+    return "";
+  };
+  for (size_t i = 0; i < change.chains.size(); ++i) {
+    const std::string path = absl::StrCat("chains[", i, "]");
+    ChainConfig c = change.chains[i];
+    if (!options.from_files) c.managed_by.clear();
+    RETURN_IF_ERROR(ValidateName(c.name, path + ".name"));
+    if (!request_names.insert(c.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", c.name, "\" appears twice in this request"));
+    }
+    if (targets.count(c.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".name: \"", c.name, "\" is already the name of a target"));
+    }
+    RETURN_IF_ERROR(ValidateChain(c, path, kind_of));
+    ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}};
+    auto it = chains.find(c.name);
+    if (it != chains.end()) {
+      RETURN_IF_ERROR(check_owner(path, "chain", c.name, it->second.managed_by));
+      d.changed_fields = ChangedFields(it->second, c);
+      d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
+    }
+    chains[c.name] = std::move(c);
+    result.changes.push_back(std::move(d));
+  }
+  // A file apply is the whole file-declared config: file objects it no longer
+  // declares go away.
+  std::vector<std::string> deleted_targets;
+  std::vector<std::string> deleted_chains;
+  if (options.from_files) {
+    for (const ChainEntry& c : cur->chains) {
+      if (!c.config.managed_by.empty() && !request_names.count(c.config.name)) {
+        deleted_chains.push_back(c.config.name);
+        chains.erase(c.config.name);
+        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config.name, ConfigChangeKind::kDeleted, {}});
+      }
+    }
+    for (const TargetEntry& t : cur->targets) {
+      if (t.config.managed_by.empty() || request_names.count(t.config.name)) continue;
+      for (const auto& [name, chain] : chains) {
+        if (std::find(chain.targets.begin(), chain.targets.end(), t.config.name) != chain.targets.end()) {
+          return absl::FailedPreconditionError(absl::StrCat("target \"", t.config.name, "\" was removed from ",
+                                                            t.config.managed_by, " but chain \"", name,
+                                                            "\" still lists it"));
+        }
+      }
+      deleted_targets.push_back(t.config.name);
+      targets.erase(t.config.name);
+      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}});
+    }
+  }
+
+  if (targets.size() > options_.max_targets) {
+    return absl::ResourceExhaustedError(absl::StrCat("targets: at most ", options_.max_targets,
+                                                     " targets in all (--max-targets); this change would make ",
+                                                     targets.size()));
+  }
+  if (chains.size() > options_.max_chains) {
+    return absl::ResourceExhaustedError(absl::StrCat("chains: at most ", options_.max_chains,
+                                                     " chains in all (--max-chains); this change would make ",
+                                                     chains.size()));
+  }
+
+  // A pinned chain must still list its pinned target.
+  for (const ChainConfig& requested : change.chains) {
+    const ChainEntry* old = cur->FindChain(requested.name);
+    if (old == nullptr) continue;
+    std::lock_guard<std::mutex> lock(old->rt->mu);
+    const std::string& pinned = old->rt->pinned;
+    if (!pinned.empty() &&
+        std::find(requested.targets.begin(), requested.targets.end(), pinned) == requested.targets.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("chain \"", requested.name, "\" is pinned to \"", pinned,
+                                                        "\", which the new target list drops; unpin it first"));
+    }
+  }
+
+  const bool any_change = std::any_of(result.changes.begin(), result.changes.end(),
+                                      [](const ConfigDiff& d) { return d.change != ConfigChangeKind::kUnchanged; });
+  result.generation = cur->generation;
+  if (options.dry_run || !any_change) return result;
+
+  RETURN_IF_ERROR(RefuseUnlessAccepting());
+  Change& m = w.change();
+  m.config_generation = cur->generation + 1;
+  for (const ConfigDiff& d : result.changes) {
+    if (d.change != ConfigChangeKind::kCreated && d.change != ConfigChangeKind::kUpdated) continue;
+    if (d.what == ConfigObject::kTarget) m.put_targets.push_back(targets.at(d.name));
+    if (d.what == ConfigObject::kChain) m.put_chains.push_back(chains.at(d.name));
+  }
+  m.deleted_targets = std::move(deleted_targets);
+  m.deleted_chains = std::move(deleted_chains);
+
+  std::vector<TargetConfig> tv;
+  std::vector<ChainConfig> cv;
+  for (auto& [_, t] : targets) tv.push_back(std::move(t));
+  for (auto& [_, c] : chains) cv.push_back(std::move(c));
+  auto next = BuildSnapshot(std::move(tv), std::move(cv), cur->generation + 1, cur.get());
+  result.generation = next->generation;
+  for (const ConfigDiff& d : result.changes) {
+    if (d.change == ConfigChangeKind::kUnchanged) continue;
+    w.events()->push_back(ConfigEvent(d.what, d.name, d.change, next->generation, now));
+  }
+  Install(std::move(next), now, w.events());
+  w.Finish(&result.events);
+  return result;
+}
+
+Events Engine::ChangeOneObjectLocked(ChangeWriter& w, const Snapshot& cur, ConfigObject what,
+                                     absl::string_view name, ConfigChangeKind change, absl::Time now) {
+  Change& m = w.change();
+  m.config_generation = cur.generation + 1;
+  // The next config: the current one with the change's puts and deletes.
+  std::map<std::string, TargetConfig> targets;
+  std::map<std::string, ChainConfig> chains;
+  for (const TargetEntry& e : cur.targets) targets[e.config.name] = e.config;
+  for (const ChainEntry& e : cur.chains) chains[e.config.name] = e.config;
+  for (const std::string& n : m.deleted_targets) targets.erase(n);
+  for (const std::string& n : m.deleted_chains) chains.erase(n);
+  for (const TargetConfig& t : m.put_targets) targets[t.name] = t;
+  for (const ChainConfig& c : m.put_chains) chains[c.name] = c;
+  std::vector<TargetConfig> tv;
+  std::vector<ChainConfig> cv;
+  for (auto& [_, t] : targets) tv.push_back(std::move(t));
+  for (auto& [_, c] : chains) cv.push_back(std::move(c));
+  auto next = BuildSnapshot(std::move(tv), std::move(cv), m.config_generation, &cur);
+  w.events()->push_back(ConfigEvent(what, std::string(name), change, m.config_generation, now));
+  Install(std::move(next), now, w.events());
+  Events events;
+  w.Finish(&events);
+  return events;
+}
+
+absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time now) {
+  ChangeWriter w(*this);
+  std::shared_ptr<const Snapshot> cur = Load();
+  const TargetEntry* t = cur->FindTarget(name);
+  if (t == nullptr) return NotFound("target", name);
+  if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
+  if (!t->chains.empty()) {
+    std::vector<std::string> names;
+    for (uint32_t ci : t->chains) names.push_back(cur->chains[ci].config.name);
+    return absl::FailedPreconditionError(absl::StrCat("target \"", name, "\" is listed by chain(s) ",
+                                                      absl::StrJoin(names, ", "), "; remove it from them first"));
+  }
+  RETURN_IF_ERROR(RefuseUnlessAccepting());
+  w.change().deleted_targets.emplace_back(name);
+  return ChangeOneObjectLocked(w, *cur, ConfigObject::kTarget, name, ConfigChangeKind::kDeleted, now);
+}
+
+absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time now) {
+  ChangeWriter w(*this);
+  std::shared_ptr<const Snapshot> cur = Load();
+  const ChainEntry* c = cur->FindChain(name);
+  if (c == nullptr) return NotFound("chain", name);
+  if (!c->config.managed_by.empty()) return ManagedElsewhere("", "chain", name, c->config.managed_by);
+  RETURN_IF_ERROR(RefuseUnlessAccepting());
+  w.change().deleted_chains.emplace_back(name);
+  return ChangeOneObjectLocked(w, *cur, ConfigObject::kChain, name, ConfigChangeKind::kDeleted, now);
+}
+
+absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now) {
+  ChangeWriter w(*this);
+  std::shared_ptr<const Snapshot> cur = Load();
+  const TargetEntry* t = cur->FindTarget(name);
+  if (t == nullptr) return NotFound("target", name);
+  if (t->config.enabled == enabled) return Events{};
+  if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
+  RETURN_IF_ERROR(RefuseUnlessAccepting());
+  w.change().put_targets.push_back(t->config);
+  w.change().put_targets.back().enabled = enabled;
+  return ChangeOneObjectLocked(w, *cur, ConfigObject::kTarget, name, ConfigChangeKind::kUpdated, now);
+}
+
+absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time now) {
+  ChangeWriter w(*this);
+  next_sequence_ = state.next_sequence;
+  for (size_t i = 0; i < state.targets.size(); ++i) {
+    RETURN_IF_ERROR(ValidateTarget(state.targets[i], absl::StrCat("stored targets[", i, "]")));
+  }
+  std::set<std::string> names;
+  for (const auto& t : state.targets) names.insert(t.name);
+  for (size_t i = 0; i < state.chains.size(); ++i) {
+    RETURN_IF_ERROR(ValidateChain(state.chains[i], absl::StrCat("stored chains[", i, "]"),
+                                  [&](const std::string& n) { return names.count(n) ? "target" : ""; }));
+  }
+  auto next = BuildSnapshot(state.targets, state.chains, state.generation, nullptr);
+  Events ignored;  // restoring is not a change
+  for (const TargetStateRecord& r : state.health) {
+    const TargetEntry* t = next->FindTarget(r.name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->health.Restore(r.automatic, r.since, r.trips, r.recovery_passes);
+    if (r.automatic == HealthState::kDown) t->rt->health.MakeProbeDue(now);
+    t->rt->source = r.source;
+    t->rt->reason = r.reason;
+    t->rt->last_error = r.last_error;
+    t->rt->last_error_time = r.last_error_time;
+    t->rt->last_probe = r.last_probe;
+  }
+  for (const auto& [name, manual] : state.manual) {
+    const TargetEntry* t = next->FindTarget(name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->manual = true;
+    t->rt->manual_reason = manual.reason;
+    t->rt->manual_since = manual.since;
+  }
+  for (const TargetEntry& t : next->targets) {
+    std::lock_guard<std::mutex> lock(t.rt->mu);
+    PublishLocked(t, t.rt->Effective(), t.rt->source, t.rt->reason, now, &ignored);
+  }
+  for (const ChainStateRecord& r : state.chain_states) {
+    const ChainEntry* c = next->FindChain(r.name);
+    if (c == nullptr || PositionIn(*c, *next, r.active) < 0) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->initialized = true;
+    c->rt->active = r.active;
+    c->rt->state = r.state;
+    c->rt->active_since = r.active_since;
+    c->rt->last_switch = r.last_switch;
+  }
+  for (const auto& [chain, target] : state.pins) {
+    const ChainEntry* c = next->FindChain(chain);
+    if (c == nullptr || PositionIn(*c, *next, target) < 0) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->pinned = target;
+  }
+  {
+    std::lock_guard<std::shared_mutex> lock(snapshot_mu_);
+    snapshot_ = next;
+  }
+  // Chains with no stored state (or a stale one) settle now, as a Change.
+  EvalContext ctx;
+  ctx.reason = SwitchReason::kConfig;
+  for (const ChainEntry& c : next->chains) {
+    std::lock_guard<std::mutex> lock(c.rt->mu);
+    EvaluateChainLocked(*next, c, now, ctx, w.events());
+  }
+  Events events;
+  w.Finish(&events);
+  return events;
+}
+
+
+}  // namespace failover

@@ -1,0 +1,102 @@
+// Helpers shared by the engine's source files. Not part of the engine's API.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/engine/engine.h"
+
+namespace failover::internal {
+
+inline constexpr size_t kMaxSessions = 10000;
+inline constexpr int64_t kNanosPerMinute = 60'000'000'000;
+
+inline bool IsUsable(HealthState h) { return h == HealthState::kHealthy || h == HealthState::kUnknown; }
+
+inline uint64_t Bit(size_t i) { return uint64_t{1} << i; }
+
+// Position of a target in a chain's list, or -1. Compares indices, not
+// names, so it touches only the chain's own index vector.
+inline int PositionIn(const ChainEntry& chain, const Snapshot& snap, absl::string_view target) {
+  auto it = snap.target_index.find(target);
+  if (it == snap.target_index.end()) return -1;
+  for (size_t i = 0; i < chain.targets.size(); ++i) {
+    if (chain.targets[i] == it->second) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+inline int PositionOf(const ChainEntry& chain, const Snapshot& snap, const TargetEntry& target) {
+  const uint32_t index = static_cast<uint32_t>(&target - snap.targets.data());
+  for (size_t i = 0; i < chain.targets.size(); ++i) {
+    if (chain.targets[i] == index) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The active target's position, cached per config generation (chain lock held).
+inline int ActivePosition(const ChainEntry& chain, const Snapshot& snap, ChainRuntime& rt) {
+  // Generation 0 is the empty start-up config, so 0 also means "not cached".
+  if (rt.active_position_generation != snap.generation) {
+    rt.active_position = rt.active.empty() ? -1 : PositionIn(chain, snap, rt.active);
+    rt.active_position_generation = snap.generation;
+  }
+  return rt.active_position;
+}
+
+
+inline absl::Status NotFound(absl::string_view what, absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat(what, " \"", name, "\" not found"));
+}
+
+inline std::vector<std::string> ChangedFields(const TargetConfig& a, const TargetConfig& b) {
+  std::vector<std::string> f;
+  if (a.kind != b.kind) f.push_back("kind");
+  if (a.upstream_model != b.upstream_model) f.push_back("upstream_model");
+  if (a.warm != b.warm) f.push_back("warm");
+  if (a.weight != b.weight) f.push_back("weight");
+  if (a.cost != b.cost) f.push_back("cost");
+  if (a.timeout != b.timeout) f.push_back("timeout");
+  if (a.max_retries != b.max_retries) f.push_back("max_retries");
+  if (a.limit_rpm != b.limit_rpm) f.push_back("limits");
+  if (a.labels != b.labels) f.push_back("labels");
+  if (a.enabled != b.enabled) f.push_back("enabled");
+  if (a.managed_by != b.managed_by) f.push_back("managed_by");
+  return f;
+}
+
+inline std::vector<std::string> ChangedFields(const ChainConfig& a, const ChainConfig& b) {
+  std::vector<std::string> f;
+  if (a.targets != b.targets) f.push_back("targets");
+  if (a.strategy != b.strategy) f.push_back("strategy");
+  if (a.policy != b.policy) f.push_back("policy");
+  if (a.failover_enabled != b.failover_enabled) f.push_back("failover_enabled");
+  if (a.managed_by != b.managed_by) f.push_back("managed_by");
+  return f;
+}
+
+inline Event ConfigEvent(ConfigObject what, const std::string& name, ConfigChangeKind change, uint64_t generation,
+                  absl::Time now) {
+  Event e;
+  e.kind = EventKind::kConfigChanged;
+  e.time = now;
+  e.what = what;
+  e.object_name = name;
+  e.change = change;
+  e.generation = generation;
+  return e;
+}
+
+inline absl::Status ManagedElsewhere(absl::string_view path, absl::string_view what, absl::string_view name,
+                              absl::string_view file) {
+  return absl::FailedPreconditionError(absl::StrCat(path, path.empty() ? "" : ": ", what, " \"", name,
+                                                    "\" is managed by config file ", file,
+                                                    "; change it there"));
+}
+
+
+}  // namespace failover::internal

@@ -1,0 +1,220 @@
+// Plans: PickTarget's attempt order (DESIGN 3.4).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "absl/strings/escaping.h"
+#include "server/engine/change_writer.h"
+#include "server/engine/decisions.h"
+#include "server/engine/engine_internal.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) {
+  if (limit_rpm == 0) return false;
+  const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
+  return rt.rpm_minute.load(std::memory_order_relaxed) == minute &&
+         rt.rpm_count.load(std::memory_order_relaxed) >= limit_rpm;
+}
+
+void Engine::CountRequest(const TargetEntry& t, absl::Time now) {
+  if (t.config.limit_rpm == 0) return;
+  const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
+  int64_t seen = t.rt->rpm_minute.load(std::memory_order_relaxed);
+  if (seen != minute && t.rt->rpm_minute.compare_exchange_strong(seen, minute)) {
+    t.rt->rpm_count.store(0, std::memory_order_relaxed);
+  }
+  t.rt->rpm_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
+                                         uint64_t exclude_mask, const std::string& session_key, bool for_next,
+                                         absl::InlinedVector<PlannedAttempt, 8>* out) {
+  out->clear();
+  ChainRuntime& rt = *chain.rt;
+  const size_t n = chain.slots.size();
+  auto entry = [&](size_t i) -> const TargetEntry& { return *chain.slots[i].target; };
+  auto push = [&](size_t i) {
+    const ChainSlot& slot = chain.slots[i];
+    out->push_back(PlannedAttempt{slot.target, slot.rt->Effective(), static_cast<uint32_t>(i)});
+  };
+
+  if (!rt.pinned.empty()) {
+    const int p = PositionIn(chain, snap, rt.pinned);
+    if (p < 0) return absl::InternalError(absl::StrCat("pinned target \"", rt.pinned, "\" not in chain"));
+    if (!entry(p).config.enabled) {
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name, "\" is pinned to \"", rt.pinned,
+                                                 "\", which is disabled"));
+    }
+    if (exclude_mask & Bit(p)) {
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name, "\" is pinned to \"", rt.pinned,
+                                                 "\", which was already tried"));
+    }
+    push(p);
+    return absl::OkStatus();
+  }
+
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  uint64_t eligible = 0;    // usable, not held, not saturated
+  uint64_t recovering = 0;  // RECOVERING, not held, not saturated
+  uint64_t any_enabled = 0;  // the last resort: every enabled, non-manual target
+  for (size_t i = 0; i < n; ++i) {
+    if (exclude_mask & Bit(i)) continue;
+    const ChainSlot& slot = chain.slots[i];
+    const HealthState h = slot.rt->Effective();
+    if (h == HealthState::kDisabled || h == HealthState::kManual) continue;
+    any_enabled |= Bit(i);
+    if (slot.rt->held_until_ns.load(std::memory_order_relaxed) > now_ns || Saturated(*slot.rt, slot.limit_rpm, now)) {
+      continue;
+    }
+    if (IsUsable(h)) eligible |= Bit(i);
+    if (h == HealthState::kRecovering) recovering |= Bit(i);
+  }
+
+  if (eligible != 0) {
+    int first = -1;
+    const int active = ActivePosition(chain, snap, rt);
+    const Strategy strategy = for_next ? Strategy::kFailover : chain.hot.strategy;
+    if (strategy == Strategy::kRoundRobin) {
+      if (!session_key.empty()) {
+        auto it = rt.sessions.find(session_key);
+        if (it != rt.sessions.end()) {
+          const int p = PositionIn(chain, snap, it->second);
+          if (p >= 0 && (eligible & Bit(p))) first = p;
+        }
+      }
+      if (first < 0) {
+        // Smooth weighted round robin over the eligible targets.
+        int64_t total = 0;
+        int64_t best_weight = INT64_MIN;
+        for (size_t i = 0; i < n; ++i) {
+          if (!(eligible & Bit(i)) || entry(i).config.weight == 0) continue;
+          const int64_t w = entry(i).config.weight;
+          total += w;
+          int64_t& current = rt.rr_current[entry(i).config.name];
+          current += w;
+          if (current > best_weight) {
+            best_weight = current;
+            first = static_cast<int>(i);
+          }
+        }
+        if (first >= 0) rt.rr_current[entry(first).config.name] -= total;
+      }
+      if (!session_key.empty() && first >= 0) {
+        if (rt.sessions.size() >= kMaxSessions) rt.sessions.clear();
+        rt.sessions[session_key] = entry(first).config.name;
+      }
+    } else if (strategy == Strategy::kLowestCost) {
+      for (size_t i = 0; i < n; ++i) {
+        if ((eligible & Bit(i)) && (first < 0 || entry(i).config.cost < entry(first).config.cost)) {
+          first = static_cast<int>(i);
+        }
+      }
+    } else if (active >= 0 && (eligible & Bit(active))) {
+      first = active;
+    }
+    if (first < 0) first = absl::countr_zero(eligible);
+    push(first);
+    for (size_t i = 0; i < n; ++i) {
+      if ((eligible & Bit(i)) && static_cast<int>(i) != first) push(i);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (recovering & Bit(i)) push(i);
+    }
+    return absl::OkStatus();
+  }
+  const uint64_t chosen = recovering != 0 ? recovering : any_enabled;
+  for (size_t i = 0; i < n; ++i) {
+    if (chosen & Bit(i)) push(i);
+  }
+  if (!out->empty()) return absl::OkStatus();
+
+  std::vector<std::string> why;
+  for (size_t i = 0; i < n; ++i) {
+    const HealthState h = chain.slots[i].rt->Effective();
+    why.push_back(absl::StrCat(entry(i).config.name, " (",
+                               (exclude_mask & Bit(i)) ? "excluded" : HealthStateName(h), ")"));
+  }
+  return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name,
+                                             "\" has no target to try: ", absl::StrJoin(why, ", ")));
+}
+
+void Engine::MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now,
+                            std::string* out) {
+  const uint64_t seq = decision_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  out->clear();  // reuses the caller's buffer
+  absl::StrAppend(out, absl::Hex(epoch_), "-", absl::Hex(seq), "-", absl::Hex(absl::ToUnixMillis(now)), "-",
+                  absl::Hex(exclude_mask), "-", single_attempt ? 1 : 0, "~", chain);
+}
+
+absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Events* events) {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const ChainEntry* chain = snap->FindChain(req.chain);
+  if (chain == nullptr) return NotFound("chain", req.chain);
+  uint64_t exclude_mask = 0;
+  auto find_excluded = [&]() -> absl::Status {
+    exclude_mask = 0;
+    for (size_t i = 0; i < req.exclude_targets.size(); ++i) {
+      const int p = PositionIn(*chain, *snap, req.exclude_targets[i]);
+      if (p < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("exclude_targets[", i, "]: \"", req.exclude_targets[i],
+                                                       "\" is not a target of chain \"", req.chain, "\""));
+      }
+      exclude_mask |= Bit(p);
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(find_excluded());
+  // Time may have brought a target back or ended a dwell since the last tick:
+  // settle that first, as a change of its own, so the plan reflects it.
+  bool settle = false;
+  for (const ChainSlot& slot : chain->slots) settle = settle || ComesBackNow(*slot.target, now);
+  if (!settle) {
+    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    settle = DecideChainLocked(*snap, *chain, now, EvalContext{}).changes;
+  }
+  if (settle && accepting_changes()) {
+    ChangeWriter w(*this);
+    snap = Load();  // a config change may have come first
+    chain = snap->FindChain(req.chain);
+    if (chain == nullptr) return NotFound("chain", req.chain);
+    for (const ChainSlot& slot : chain->slots) {
+      if (ComesBackNow(*slot.target, now)) ApplyTimePassed(*snap, *slot.target, now, w.events());
+    }
+    {
+      std::lock_guard<std::mutex> lock(chain->rt->mu);
+      EvaluateChainLocked(*snap, *chain, now, EvalContext{}, w.events());
+    }
+    w.Finish(events);
+    RETURN_IF_ERROR(find_excluded());
+  }
+  const bool single = req.body_bytes > chain->hot.max_replay_bytes || !chain->hot.failover_enabled;
+  {
+    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    RETURN_IF_ERROR(
+        BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
+    plan->state = chain->rt->state;
+    plan->active_target = chain->rt->active;
+  }
+  size_t cap = plan->attempts.size();
+  if (single) {
+    cap = 1;
+  } else if (chain->hot.max_attempts > 0) {
+    cap = std::min<size_t>(cap, 1 + chain->hot.max_attempts);
+  }
+  plan->attempts.resize(cap);
+  CountRequest(*plan->attempts.front().target, now);
+  plan->generation = snap->generation;
+  MakeDecisionId(chain->config.name, exclude_mask, single, now, &plan->decision_id);
+  plan->snapshot = std::move(snap);
+  return absl::OkStatus();
+}
+
+
+}  // namespace failover

@@ -1,0 +1,171 @@
+// Health checks handed to probers (DESIGN 3.6).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/engine/change_writer.h"
+#include "server/engine/engine_internal.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
+  const TargetRuntime& rt = *t.rt;
+  if (!t.config.enabled || !t.health->has_health_check) return absl::InfiniteFuture();
+  // One lease at a time; a lease holds until strictly after its expiry.
+  if (!rt.lease_id.empty() && rt.lease_expires >= now) return absl::InfiniteFuture();
+  if (rt.probe_now) return now;
+  switch (rt.health.state()) {
+    case HealthState::kDown:
+      return rt.health.probe_due();
+    case HealthState::kRecovering:
+      return rt.last_probe + t.health->probe_interval;
+    default: {
+      // Only a quiet target is probed: traffic counts as a check.
+      const int64_t activity_ns = rt.last_activity_ns.load(std::memory_order_relaxed);
+      const absl::Time activity = activity_ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(activity_ns);
+      return std::max(activity, rt.last_probe) + t.health->probe_interval;
+    }
+  }
+}
+
+bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now,
+                              ProbeResponse* response, Events* events) {
+  // Lease ids are "<random>:<target>", so a result finds its target without a global map.
+  const size_t colon = result.lease_id.find(':');
+  const TargetEntry* t = colon == std::string::npos ? nullptr : snap.FindTarget(result.lease_id.substr(colon + 1));
+  if (t == nullptr) {
+    ++response->ignored;
+    return true;
+  }
+  const bool warm_local = t->config.kind == TargetKind::kLocal && t->config.warm;
+  HealthTransition tr;
+  bool changed = false;
+  {
+    TargetRuntime& rt = *t->rt;
+    std::lock_guard<std::mutex> lock(rt.mu);
+    // Unknown, expired or superseded lease, or the target's config changed since: stale.
+    if (rt.lease_id != result.lease_id || rt.lease_expires < now || rt.lease_generation != t->config_generation) {
+      ++response->ignored;
+      return true;
+    }
+    bool would_change = false;
+    switch (result.outcome) {
+      case ProbeOutcome::kPass: would_change = rt.health.PassWouldChange(*t->health, rt.lease_recovery); break;
+      case ProbeOutcome::kNotLoaded: would_change = warm_local && rt.health.PassWouldChange(*t->health, false); break;
+      case ProbeOutcome::kThrottled: break;
+      case ProbeOutcome::kFail: would_change = rt.health.FailureWouldChange(*t->health, now); break;
+    }
+    // A transition is made under the single writer: leave the result for that pass.
+    if (would_change && events == nullptr && accepting_changes()) return false;
+    const bool may_transition = events != nullptr || !would_change;
+    rt.lease_id.clear();
+    ++response->accepted;
+    rt.last_probe = now;
+    const HealthState before = rt.Effective();
+    switch (result.outcome) {
+      case ProbeOutcome::kPass:
+        if (may_transition) changed = rt.health.OnPass(*t->health, now, /*strong=*/rt.lease_recovery, &tr);
+        break;
+      case ProbeOutcome::kNotLoaded:
+        // A warm local backend answered but the model is not loaded: alive.
+        if (warm_local && may_transition) changed = rt.health.OnPass(*t->health, now, /*strong=*/false, &tr);
+        break;
+      case ProbeOutcome::kThrottled:
+        break;  // neither a pass nor a failure
+      case ProbeOutcome::kFail: {
+        const std::string summary = FailoverRules::Summarize(result.facts);
+        rt.last_error = absl::StrCat("probe: ", summary);
+        rt.last_error_time = now;
+        if (may_transition) changed = rt.health.OnFailure(*t->health, now, summary, t->seed, &tr);
+        break;
+      }
+    }
+    if (changed) PublishLocked(*t, before, Source::kProbe, tr.reason, now, events);
+  }
+  if (changed) {
+    EvalContext ctx;
+    ctx.reason = IsUsable(tr.to) ? SwitchReason::kRecovery : SwitchReason::kTrip;
+    ctx.detail = absl::StrCat(t->config.name, " probe: ", tr.reason);
+    EvaluateChainsOf(snap, *t, now, ctx, events);
+  }
+  return true;
+}
+
+absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeResponse* response, Events* events) {
+  std::shared_ptr<const Snapshot> snap = Load();
+  std::vector<const ProbeResult*> transitions;
+  for (const ProbeResult& r : req.results) {
+    if (!ApplyProbeResult(*snap, r, now, response, nullptr)) transitions.push_back(&r);
+  }
+  if (!transitions.empty()) {
+    ChangeWriter w(*this);
+    snap = Load();  // a config change may have come first
+    for (const ProbeResult* r : transitions) ApplyProbeResult(*snap, *r, now, response, w.events());
+    w.Finish(events);
+  }
+  const uint32_t max_tasks = req.max_tasks == 0 ? 16 : req.max_tasks;
+  absl::Time next_due = absl::InfiniteFuture();
+  for (const TargetEntry& t : snap->targets) {
+    TargetRuntime& rt = *t.rt;
+    std::lock_guard<std::mutex> lock(rt.mu);
+    const absl::Time due = ProbeDueLocked(t, now);
+    if (due > now || response->tasks.size() >= max_tasks) {
+      next_due = std::min(next_due, due);
+      continue;
+    }
+    ProbeTask task;
+    // Unguessable, so a prober cannot answer for a lease it was not given.
+    task.lease_id = absl::StrCat(absl::Hex(Random(), absl::kZeroPad16), ":", t.config.name);
+    task.target = &t;
+    task.kind = rt.health.state() == HealthState::kRecovering ? ProbeKind::kRecovery : ProbeKind::kLiveness;
+    task.timeout = t.health->probe_timeout;
+    task.generation = t.config_generation;
+    rt.lease_id = task.lease_id;
+    rt.lease_expires = now + task.timeout + options_.lease_grace;
+    rt.lease_recovery = task.kind == ProbeKind::kRecovery;
+    rt.lease_generation = t.config_generation;
+    rt.probe_now = false;
+    response->tasks.push_back(std::move(task));
+  }
+  // Call again when the next check falls due, at least once a minute.
+  response->next_call_after = std::clamp(next_due - now, absl::ZeroDuration(), absl::Minutes(1));
+  response->snapshot = std::move(snap);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Engine::ProbeNow(absl::string_view target) {
+  std::shared_ptr<const Snapshot> snap = Load();
+  if (!target.empty() && snap->FindTarget(target) == nullptr) return NotFound("target", target);
+  std::vector<std::string> made_due;
+  for (const TargetEntry& t : snap->targets) {
+    if (!target.empty() && t.config.name != target) continue;
+    if (!t.config.enabled || !t.health->has_health_check) continue;
+    std::lock_guard<std::mutex> lock(t.rt->mu);
+    t.rt->probe_now = true;
+    made_due.push_back(t.config.name);
+  }
+  if (!target.empty() && made_due.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "target \"", target, "\" has no health check (a local target that is not warm, or disabled)"));
+  }
+  return made_due;
+}
+
+size_t Engine::OutstandingLeases(absl::Time now) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  size_t n = 0;
+  for (const TargetEntry& t : snap->targets) {
+    std::lock_guard<std::mutex> lock(t.rt->mu);
+    n += !t.rt->lease_id.empty() && t.rt->lease_expires >= now;
+  }
+  return n;
+}
+
+
+}  // namespace failover

@@ -1,0 +1,199 @@
+// Outcomes and verdicts: ReportOutcome (DESIGN 3.5).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "absl/strings/escaping.h"
+#include "server/engine/change_writer.h"
+#include "server/engine/decisions.h"
+#include "server/engine/engine_internal.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResult* out, Events* events) {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* target = snap->FindTarget(req.target);
+  if (target == nullptr) return NotFound("target", req.target);
+
+  // A decision id that failoverd cannot have issued is refused. A well-formed
+  // one that expired or predates a restart is still counted: the outcome
+  // happened, and decision_known=false tells the caller.
+  DecisionId id;
+  const bool parsed = DecisionId::Parse(req.decision_id, &id);
+  if (!parsed && !req.decision_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("decision_id: \"", absl::CHexEscape(req.decision_id.substr(0, 64)),
+                                                   "\" is not a decision id that PickTarget returned"));
+  }
+  bool known = parsed && id.epoch == epoch_ && now - id.time < options_.decision_ttl;
+  const ChainEntry* chain = known ? snap->FindChain(id.chain) : nullptr;
+  if (chain == nullptr) known = false;
+  if (chain == nullptr && !req.chain.empty()) {
+    chain = snap->FindChain(req.chain);
+    if (chain == nullptr) return NotFound("chain", req.chain);
+  }
+  const int position = chain ? PositionOf(*chain, *snap, *target) : -1;
+  if (chain != nullptr && position < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("target: \"", req.target, "\" is not a target of chain \"",
+                                                   chain->config.name, "\""));
+  }
+  static const FailoverRules* const kDefaultRules = new FailoverRules();
+  static const Policy* const kDefaultPolicy = new Policy();
+  const FailoverRules& rules = chain ? *chain->rules : *kDefaultRules;
+  const Policy& policy = chain ? chain->config.policy : *kDefaultPolicy;
+
+  const Classification c = rules.Classify(req.facts);
+  out->reason = c.reason;
+  out->counted = c.counts;
+  out->decision_known = known;
+  const std::string summary = req.facts.success ? "" : FailoverRules::Summarize(req.facts);
+
+  // Health first: the verdict's next target must see this outcome. Most
+  // outcomes change no state and take no writer lock; one that would trip or
+  // recover the target is recorded under the single writer instead, so its
+  // events are numbered in the order state changed.
+  auto record_outcome = [&](const TargetEntry& t, bool may_transition, HealthTransition* tr) {
+    TargetRuntime& rt = *t.rt;
+    rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
+    bool changed = false;
+    if (req.facts.success) {
+      if (may_transition) changed = rt.health.OnPass(*t.health, now, /*strong=*/true, tr);
+      return changed;
+    }
+    if (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap) {
+      rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
+      rt.last_error_time = now;
+    }
+    if (c.counts && may_transition) changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
+    if (c.reason == Reason::kRateLimit) {
+      const absl::Duration hold =
+          std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : policy.rate_limit_hold,
+                   options_.max_rate_limit_hold);
+      rt.held_until_ns.store(absl::ToUnixNanos(now + hold), std::memory_order_relaxed);
+    }
+    return changed;
+  };
+  bool needs_writer = false;
+  {
+    TargetRuntime& rt = *target->rt;
+    std::lock_guard<std::mutex> lock(rt.mu);
+    needs_writer = req.facts.success ? rt.health.PassWouldChange(*target->health, /*strong=*/true)
+                                     : c.counts && rt.health.FailureWouldChange(*target->health, now);
+    // While changes are refused, the outcome is recorded without its transition.
+    if (!needs_writer || !accepting_changes()) {
+      HealthTransition none;
+      record_outcome(*target, /*may_transition=*/!needs_writer, &none);
+      needs_writer = false;
+    }
+    out->target_health = rt.Effective();
+  }
+  if (needs_writer) {
+    ChangeWriter w(*this);
+    // A config change may have come first: work on the current snapshot.
+    std::shared_ptr<const Snapshot> current = Load();
+    const TargetEntry* t = current->FindTarget(req.target);
+    if (t != nullptr) {
+      HealthTransition tr;
+      bool changed = false;
+      {
+        std::lock_guard<std::mutex> lock(t->rt->mu);
+        const HealthState before = t->rt->Effective();
+        changed = record_outcome(*t, /*may_transition=*/true, &tr);
+        if (changed) PublishLocked(*t, before, Source::kAuto, tr.reason, now, w.events());
+        out->target_health = t->rt->Effective();
+      }
+      if (changed) {
+        w.TouchTarget(t->config.name);
+        EvalContext ctx;
+        ctx.reason = IsUsable(tr.to) ? SwitchReason::kRecovery : SwitchReason::kTrip;
+        ctx.detail = absl::StrCat(t->config.name, " ", tr.reason);
+        EvaluateChainsOf(*current, *t, now, ctx, w.events());
+      }
+    }
+    w.Finish(events);
+  }
+
+  auto finish_chain_state = [&]() {
+    if (chain == nullptr) return;
+    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    out->chain_state = chain->rt->state;
+    out->active_target = chain->rt->active;
+  };
+
+  if (req.facts.success) {
+    out->verdict = Verdict::kDone;
+    if (known) decisions_->Erase(id.seq);
+    finish_chain_state();
+    return absl::OkStatus();
+  }
+
+  DecisionRecord record;
+  if (!known || !decisions_->Get(id.seq, &record)) record.tried_mask = known ? id.exclude_mask : 0;
+  if (position >= 0) record.tried_mask |= Bit(position);
+  record.AddFailure(target->config.name, summary);
+
+  const uint32_t retries_used = record.retries_used[target->config.name];
+  if (!c.moves_on) {
+    out->verdict = Verdict::kFail;
+    out->error = absl::StrCat(target->config.name, ": ", summary);
+  } else if (c.reason == Reason::kRateLimit && policy.rate_limit_on == RateLimitMode::kWait) {
+    out->verdict = Verdict::kRetrySame;
+    out->retry_delay = std::min(
+        req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : policy.rate_limit_hold,
+        options_.max_rate_limit_hold);
+  } else if (retries_used < c.same_target_retries) {
+    record.retries_used[target->config.name] = retries_used + 1;
+    out->verdict = Verdict::kRetrySame;
+    out->retry_delay = req.facts.retry_after > absl::ZeroDuration()
+                           ? std::min(req.facts.retry_after, options_.max_rate_limit_hold)
+                           : absl::Milliseconds(250) * (1 << std::min<uint32_t>(retries_used, 5));
+  } else if (chain == nullptr) {
+    out->verdict = Verdict::kFail;
+    out->error = absl::StrCat(target->config.name, ": ", summary, " (no chain known for this report)");
+  } else if ((known && id.single_attempt) || !chain->config.failover_enabled) {
+    out->verdict = Verdict::kFail;
+    out->error = absl::StrCat(target->config.name, ": ", summary,
+                              !chain->config.failover_enabled ? " (failover disabled for this chain)"
+                                                              : " (request too large to replay)");
+  } else {
+    const uint64_t excluded = known ? id.exclude_mask : 0;
+    const int fallbacks_used = absl::popcount(record.tried_mask & ~excluded) - 1;
+    absl::InlinedVector<PlannedAttempt, 8> next;
+    absl::Status built = absl::OkStatus();
+    if (policy.max_attempts > 0 && fallbacks_used >= static_cast<int>(policy.max_attempts)) {
+      out->verdict = Verdict::kFail;
+      out->error = absl::StrCat("max_attempts (", policy.max_attempts, ") reached: ", record.Describe());
+    } else {
+      {
+        std::lock_guard<std::mutex> lock(chain->rt->mu);
+        built = BuildAttemptsLocked(*snap, *chain, now, record.tried_mask, "", /*for_next=*/true, &next);
+      }
+      if (!built.ok() || next.empty()) {
+        out->verdict = Verdict::kFail;
+        out->error = absl::StrCat("every target failed: ", record.Describe());
+      } else {
+        out->verdict = Verdict::kTryNext;
+        out->has_next = true;
+        out->next = next.front();
+        record.tried_mask |= Bit(out->next.position);
+        CountRequest(*out->next.target, now);
+      }
+    }
+  }
+  if (known && out->verdict != Verdict::kFail) {
+    decisions_->Put(id.seq, id.time, std::move(record));
+  } else if (known) {
+    decisions_->Erase(id.seq);
+  }
+  finish_chain_state();
+  out->snapshot = std::move(snap);
+  return absl::OkStatus();
+}
+
+
+}  // namespace failover

@@ -1,0 +1,97 @@
+// Read-only views of config and state.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/engine/engine_internal.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const {
+  TargetStatus s;
+  s.name = t.config.name;
+  s.enabled = t.config.enabled;
+  {
+    std::lock_guard<std::mutex> lock(t.rt->mu);
+    s.health = t.rt->Effective();
+    s.automatic = t.rt->health.state();
+    s.source = t.rt->source;
+    s.reason = t.rt->manual ? t.rt->manual_reason : t.rt->reason;
+    s.since = t.rt->manual ? t.rt->manual_since : t.rt->health.since();
+    s.last_probe = t.rt->last_probe;
+    s.last_error = t.rt->last_error;
+    s.last_error_time = t.rt->last_error_time;
+    s.recovery_passes = t.rt->health.recovery_passes();
+    s.trips = t.rt->health.trips();
+  }
+  const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
+  if (held != INT64_MIN) s.held_until = absl::FromUnixNanos(held);
+  for (uint32_t ci : t.chains) s.chains.push_back(snap.chains[ci].config.name);
+  return s;
+}
+
+ChainStatus Engine::StatusOf(const Snapshot& snap, const ChainEntry& c) const {
+  ChainStatus s;
+  s.name = c.config.name;
+  {
+    std::lock_guard<std::mutex> lock(c.rt->mu);
+    s.state = c.rt->state;
+    s.active_target = c.rt->active;
+    s.active_since = c.rt->active_since;
+    s.last_switch = c.rt->last_switch;
+    s.pinned_target = c.rt->pinned;
+  }
+  for (uint32_t ti : c.targets) s.targets.push_back(StatusOf(snap, snap.targets[ti]));
+  return s;
+}
+
+absl::StatusOr<ChainView> Engine::GetChain(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const ChainEntry* c = snap->FindChain(name);
+  if (c == nullptr) return NotFound("chain", name);
+  return ChainView{c->config, StatusOf(*snap, *c)};
+}
+
+absl::StatusOr<TargetView> Engine::GetTarget(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(name);
+  if (t == nullptr) return NotFound("target", name);
+  return TargetView{t->config, StatusOf(*snap, *t)};
+}
+
+absl::StatusOr<TargetStatus> Engine::GetTargetStatus(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(name);
+  if (t == nullptr) return NotFound("target", name);
+  return StatusOf(*snap, *t);
+}
+
+absl::StatusOr<ChainStatus> Engine::GetChainStatus(absl::string_view name) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const ChainEntry* c = snap->FindChain(name);
+  if (c == nullptr) return NotFound("chain", name);
+  return StatusOf(*snap, *c);
+}
+
+std::vector<ChainView> Engine::ListChains() const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  std::vector<ChainView> out;
+  for (const ChainEntry& c : snap->chains) out.push_back(ChainView{c.config, StatusOf(*snap, c)});
+  return out;
+}
+
+std::vector<TargetView> Engine::ListTargets() const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  std::vector<TargetView> out;
+  for (const TargetEntry& t : snap->targets) out.push_back(TargetView{t.config, StatusOf(*snap, t)});
+  return out;
+}
+
+
+}  // namespace failover

@@ -1,0 +1,69 @@
+#include "server/flags.h"
+
+#include "CLI/CLI.hpp"
+
+namespace failover {
+
+std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
+  CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
+  app.add_option("--listen", flags->listen, "gRPC listen address (host:port; port 0 picks a free one)")
+      ->capture_default_str();
+  app.add_option("--data-dir", flags->data_dir, "Directory of the embedded RocksDB database")->capture_default_str();
+  app.add_option("--config", flags->config,
+                 "Config file or directory of *.yaml files declaring targets and chains; applied at start and "
+                 "reloaded on SIGHUP or when the files change");
+  app.add_option("--config-poll", flags->config_poll_seconds,
+                 "Seconds between checks of the config files for changes; 0 = only on SIGHUP")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--metrics-listen", flags->metrics_listen, "Prometheus metrics address (host:port); empty disables")
+      ->capture_default_str();
+  app.add_option("--log-level", flags->log_level, "debug, info, warn or error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  app.add_option("--log-format", flags->log_format, "text (one line per record) or json (JSON lines)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--port-file", flags->port_file, "Write the bound gRPC port to this file once serving (for port 0)");
+  app.add_option("--shutdown-grace", flags->shutdown_grace_seconds,
+                 "Seconds in-flight calls get to finish on SIGTERM/SIGINT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--events-keep", flags->events_keep, "Events kept in the data dir, newest first")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--watch-queue", flags->watch_queue,
+                 "Events queued per WatchEvents stream before a slow watcher is resynced with a snapshot")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--tokens-file", flags->tokens_file,
+                 "File of \"decide <token>\" / \"admin <token>\" lines; when set, calls need a bearer token");
+  app.add_option("--tls-cert", flags->tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");
+  app.add_option("--tls-key", flags->tls_key, "Server private key (PEM)");
+  app.add_option("--tls-client-ca", flags->tls_client_ca, "CA (PEM) that client certificates must chain to (mTLS)");
+  app.add_option("--events-max-age", flags->events_max_age_hours, "Hours an event is kept in the data dir")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", flags->max_message_bytes,
+                 "Largest request accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-targets", flags->max_targets, "Targets in all; an apply that would pass it is refused")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-chains", flags->max_chains, "Chains in all; an apply that would pass it is refused")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-watchers", flags->max_watchers,
+                 "Concurrent WatchEvents streams; one more gets RESOURCE_EXHAUSTED")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
+}  // namespace failover

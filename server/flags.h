@@ -1,0 +1,37 @@
+// failoverd's command line.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace failover {
+
+struct Flags {
+  std::string listen = "127.0.0.1:50051";
+  std::string data_dir = "./data";
+  std::string config;
+  double config_poll_seconds = 2;
+  std::string metrics_listen = "127.0.0.1:9464";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  std::string port_file;
+  double shutdown_grace_seconds = 10;
+  size_t events_keep = 10000;
+  size_t watch_queue = 1024;
+  std::string tokens_file;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  double events_max_age_hours = 168;
+  size_t max_message_bytes = 4 << 20;
+  size_t max_watchers = 10000;
+  size_t max_targets = 100000;
+  size_t max_chains = 100000;
+};
+
+// Parses the command line into `flags`. Returns an exit code when failoverd
+// should exit at once (--help, or a bad flag, already reported).
+std::optional<int> ParseFlags(int argc, char** argv, Flags* flags);
+
+}  // namespace failover

@@ -2,6 +2,8 @@
 // ThreadSanitizer (-DFAILOVERD_TSAN=ON) to check the locking; in a normal
 // build it checks that plans stay well-formed while state churns.
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -82,6 +84,114 @@ TEST(EngineConcurrencyTest, PicksReportsAndAdminActionsInterleaveSafely) {
     EXPECT_NE(std::find(v.config.targets.begin(), v.config.targets.end(), v.status.active_target),
               v.config.targets.end())
         << v.config.name << " active " << v.status.active_target;
+  }
+}
+
+// The ordered change stream's property (DESIGN 2): reports, probe results,
+// ticks and admin changes race on a few targets and chains while a watcher
+// folds every event the sink receives. At quiescence the fold equals the
+// engine's state of every target and chain, and the sequences the sink saw
+// strictly increase without a gap. Fails if events are numbered outside the
+// writer (two threads' transitions could then arrive in the reverse order).
+TEST(EngineConcurrencyTest, FoldingEveryEventInSequenceOrderEndsOnTheEngineState) {
+  Engine engine;
+  std::mutex fold_mu;
+  uint64_t last_sequence = 0;
+  int gaps = 0;
+  std::map<std::string, HealthState> folded_targets;
+  std::map<std::string, std::pair<std::string, ChainState>> folded_chains;
+  engine.SetChangeSink([&](Change&& change) {
+    std::lock_guard<std::mutex> lock(fold_mu);
+    for (const Event& e : change.events) {
+      if (e.sequence != last_sequence + 1) ++gaps;
+      last_sequence = e.sequence;
+      if (e.kind == EventKind::kTargetState) folded_targets[e.target] = e.to_health;
+      if (e.kind == EventKind::kChainSwitched) folded_chains[e.chain] = {e.to_target, e.to_chain_state};
+    }
+  });
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  ConfigChange config;
+  for (int i = 0; i < 3; ++i) {
+    TargetConfig t;
+    t.name = absl::StrCat("t", i);
+    config.targets.push_back(t);
+  }
+  for (int c = 0; c < 2; ++c) {
+    ChainConfig chain;
+    chain.name = absl::StrCat("c", c);
+    chain.policy.recovery_probes = 1;
+    chain.policy.recovery_min_dwell = absl::Milliseconds(3);
+    chain.policy.probe_interval = absl::Milliseconds(2);
+    chain.policy.backoff_reset_after = absl::Milliseconds(50);
+    for (int i = 0; i < 3; ++i) chain.targets.push_back(absl::StrCat("t", (c + i) % 3));
+    config.chains.push_back(chain);
+  }
+  ASSERT_TRUE(engine.Apply(config, ApplyOptions{}, t0).ok());
+
+  std::atomic<int64_t> clock_ms{0};
+  auto now = [&] { return t0 + absl::Milliseconds(clock_ms.load()); };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < 2000; ++i) {
+        ReportRequest report;
+        report.chain = absl::StrCat("c", (w + i) % 2);
+        report.target = absl::StrCat("t", (w * 7 + i) % 3);
+        if ((i + w) % 3 == 0) {
+          report.facts.http_status = 503;
+        } else {
+          report.facts.success = true;
+        }
+        ReportResult result;
+        Events events;
+        (void)engine.Report(report, now(), &result, &events);
+        clock_ms.fetch_add(1);
+      }
+    });
+  }
+  threads.emplace_back([&] {  // a prober
+    for (int i = 0; i < 1500; ++i) {
+      ProbeRequest req;
+      ProbeResponse first;
+      Events events;
+      (void)engine.Probe(req, now(), &first, &events);
+      ProbeRequest answer;
+      for (const ProbeTask& task : first.tasks) {
+        ProbeResult r;
+        r.lease_id = task.lease_id;
+        r.outcome = i % 4 == 0 ? ProbeOutcome::kFail : ProbeOutcome::kPass;
+        answer.results.push_back(r);
+      }
+      ProbeResponse second;
+      (void)engine.Probe(answer, now(), &second, &events);
+    }
+  });
+  threads.emplace_back([&] {  // the ticker and an admin
+    for (int i = 0; i < 400; ++i) {
+      Events events;
+      engine.Tick(now(), &events);
+      const std::string target = absl::StrCat("t", i % 3);
+      (void)engine.TriggerManualFailover(target, "drill", now());
+      (void)engine.Pin(absl::StrCat("c", i % 2), absl::StrCat("t", (i + 1) % 3), now());
+      engine.Tick(now(), &events);
+      (void)engine.CancelManualFailover(target, now());
+      (void)engine.Unpin(absl::StrCat("c", i % 2), now());
+    }
+  });
+  for (auto& t : threads) t.join();
+
+  std::lock_guard<std::mutex> lock(fold_mu);
+  EXPECT_EQ(gaps, 0);
+  EXPECT_GT(last_sequence, 100u) << "the run should have changed state often";
+  for (const TargetView& t : engine.ListTargets()) {
+    auto it = folded_targets.find(t.config.name);
+    const HealthState folded = it == folded_targets.end() ? HealthState::kUnknown : it->second;
+    EXPECT_EQ(folded, t.status.health) << t.config.name;
+  }
+  for (const ChainView& c : engine.ListChains()) {
+    ASSERT_TRUE(folded_chains.count(c.config.name)) << c.config.name;
+    EXPECT_EQ(folded_chains[c.config.name].first, c.status.active_target) << c.config.name;
+    EXPECT_EQ(folded_chains[c.config.name].second, c.status.state) << c.config.name;
   }
 }
 

@@ -128,6 +128,33 @@ TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig)
   EXPECT_THAT(refused.error_message(), HasSubstr(file));
 }
 
+// The files declare what was stored: a restart with them changes nothing
+// (the stored model is the declared one, not the effective upstream name).
+TEST_F(PersistenceTest, ARestartWithTheSameConfigFilesChangesNothing) {
+  TempDir config_dir;
+  WriteFile(config_dir.path() + "/chains.yaml",
+            "targets: [{name: a}, {name: b, upstream_model: gpt-4o}]\n"
+            "chains: [{name: ch, targets: [a, b]}]\n");
+  auto generation_now = [&] {
+    v1::ApplyRequest nothing;
+    nothing.set_dry_run(true);
+    v1::ApplyResponse resp;
+    EXPECT_TRUE(Apply(nothing, &resp).ok());
+    return resp.generation();
+  };
+  StartServer({"--config", config_dir.path(), "--config-poll", "0"});
+  const uint64_t generation = generation_now();
+  const size_t events = Events().size();
+  ASSERT_GT(generation, 0u);
+  ASSERT_EQ(proc_->Stop(SIGTERM), 0);
+
+  StartServer({"--config", config_dir.path(), "--config-poll", "0"});
+  EXPECT_EQ(generation_now(), generation);
+  std::vector<v1::Event> after = Events();
+  EXPECT_EQ(after.size(), events);
+  for (const auto& e : after) EXPECT_FALSE(e.has_config_changed() && e.config_changed().generation() > generation);
+}
+
 TEST_F(PersistenceTest, SighupAndAConfigMapSymlinkSwapBothReload) {
   // The layout Kubernetes mounts: chains.yaml -> ..data/chains.yaml, ..data -> ..v1.
   TempDir mount;

@@ -21,7 +21,7 @@
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/api/convert.h"
+#include "proto/model_convert.h"
 #include "server/config/config_file.h"
 
 namespace {

@@ -4,7 +4,10 @@
 
 #include <chrono>
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -40,20 +43,20 @@ class SimulatedClock final : public Clock {
   explicit SimulatedClock(absl::Time start = absl::FromUnixSeconds(1'800'000'000))
       : now_(start) {}
   absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return now_;
   }
   void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     now_ += d;
   }
   void Set(absl::Time t) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     now_ = t;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   absl::Time now_;
 };
 

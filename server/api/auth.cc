@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::FromFile(const std::stri
 absl::Status Authorizer::Reload() {
   ASSIGN_OR_RETURN(Tokens loaded, ReadTokens(path_));
   auto shared = std::make_shared<const Tokens>(std::move(loaded));
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   tokens_ = std::move(shared);
   return absl::OkStatus();
 }
@@ -37,7 +37,7 @@ absl::Status Authorizer::Reload() {
 size_t Authorizer::token_count() const { return tokens()->size(); }
 
 std::shared_ptr<const Authorizer::Tokens> Authorizer::tokens() const {
-  absl::ReaderMutexLock lock(&mu_);
+  std::shared_lock<std::shared_mutex> lock(mu_);
   return tokens_;
 }
 

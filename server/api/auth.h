@@ -10,7 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "grpcpp/grpcpp.h"
 
 namespace failover::api {
@@ -40,7 +43,7 @@ class Authorizer {
   std::shared_ptr<const Tokens> tokens() const;
 
   std::string path_;
-  mutable absl::Mutex mu_;
+  mutable std::shared_mutex mu_;
   std::shared_ptr<const Tokens> tokens_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -55,7 +55,7 @@ std::string EventLog::Describe(const Event& e) {
 }
 
 void EventLog::Preload(Events events) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (Event& e : events) {
     recent_.push_back(std::move(e));
     if (recent_.size() > keep_recent_) recent_.pop_front();
@@ -64,7 +64,7 @@ void EventLog::Preload(Events events) {
 
 void EventLog::Publish(const Events& events) {
   if (events.empty()) return;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   const bool logged = log::Enabled(log::Level::kInfo);
   for (const Event& e : events) {
     last_sequence_ = e.sequence;
@@ -87,7 +87,7 @@ void EventLog::Publish(const Events& events) {
 }
 
 std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const Event&)>& match) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out;
   for (auto it = recent_.rbegin(); it != recent_.rend() && out.size() < limit; ++it) {
     if (match(*it)) out.push_back(*it);
@@ -96,29 +96,29 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
 }
 
 std::optional<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (watchers_.size() >= max_watchers) return std::nullopt;
   watchers_.push_back(w);
   return last_sequence_;
 }
 
 void EventLog::Unsubscribe(Watcher* w) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   watchers_.erase(std::remove(watchers_.begin(), watchers_.end(), w), watchers_.end());
 }
 
 void EventLog::CloseWatchers() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (Watcher* w : watchers_) w->Close();
 }
 
 size_t EventLog::watcher_count() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return watchers_.size();
 }
 
 uint64_t EventLog::last_sequence() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return last_sequence_;
 }
 

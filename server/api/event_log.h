@@ -9,7 +9,10 @@
 #include <optional>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "common/model.h"
 
@@ -54,7 +57,7 @@ class EventLog {
 
  private:
   const size_t keep_recent_;
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   uint64_t last_sequence_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> recent_ ABSL_GUARDED_BY(mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);

@@ -92,7 +92,7 @@ void Metrics::Forget(const std::string& name) {
 }
 
 void Metrics::OnEvents(const Events& events) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   for (const Event& e : events) {
     switch (e.kind) {
       case EventKind::kChainSwitched: {
@@ -117,14 +117,14 @@ void Metrics::OnEvents(const Events& events) {
 void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency) {
   decision_seconds_.Observe(absl::ToDoubleSeconds(latency));
   {
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);
     const auto& cache = ok ? decision_ok_ : decision_error_;
     if (auto it = cache.find(chain); it != cache.end()) {
       it->second->Increment();
       return;
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   // Unknown chains are counted under one label so a caller cannot grow the label set.
   if (!known) {
     prometheus::Counter*& c = ok ? unknown_chain_ok_ : unknown_chain_error_;
@@ -144,13 +144,13 @@ void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Durati
 void Metrics::OnOutcome(const std::string& target, Reason reason) {
   const int r = static_cast<int>(reason);
   {
-    absl::ReaderMutexLock lock(&mu_);
+    std::shared_lock<std::shared_mutex> lock(mu_);
     if (auto it = outcome_.find(target); it != outcome_.end() && it->second[r] != nullptr) {
       it->second[r]->Increment();
       return;
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::shared_mutex> lock(mu_);
   auto& slots = outcome_.try_emplace(target).first->second;
   if (slots[r] == nullptr) {
     slots[r] = &outcomes_.Add({{"target", target}, {"reason", ReasonName(reason)}});

@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -56,7 +59,7 @@ class Metrics {
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
 
-  absl::Mutex mu_;
+  std::shared_mutex mu_;
   // name -> its label sets, so a deleted object's series can be removed.
   absl::flat_hash_map<std::string, std::vector<prometheus::Counter*>> counters_of_ ABSL_GUARDED_BY(mu_);
   // Hot-path counters, created once per label set and then only read (reader

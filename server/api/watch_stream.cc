@@ -15,7 +15,7 @@ void WatchStream::Start(const ServiceContext& ctx, const WatchOptions& options, 
   auto* stream = new WatchStream(ctx, options, request);
   *out = stream;
   if (!allowed.ok()) {
-    absl::MutexLock lock(&stream->mu_);
+    std::lock_guard<std::mutex> lock(stream->mu_);
     stream->FinishLocked(ToGrpcStatus(allowed));
     return;
   }
@@ -30,14 +30,14 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   for (int i = 0; i < request.chains_size(); ++i) {
     absl::Status s = ValidateName(request.chains(i), absl::StrCat("chains[", i, "]"));
     if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       return FinishLocked(ToGrpcStatus(s));
     }
   }
   for (int i = 0; i < request.targets_size(); ++i) {
     absl::Status s = ValidateName(request.targets(i), absl::StrCat("targets[", i, "]"));
     if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       return FinishLocked(ToGrpcStatus(s));
     }
   }
@@ -45,7 +45,7 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   // from the stored log or are summed up in the snapshot.
   const std::optional<uint64_t> subscribed = ctx_.events->Subscribe(this, options_.max_watchers);
   if (!subscribed) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                      absl::StrCat("watchers: at most ", options_.max_watchers,
                                                   " WatchEvents streams at once (--max-watchers)")));
@@ -74,10 +74,10 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   }
   if (!replayed) add(SnapshotEvent(last, request.has_after_sequence()));
   if (!serialized.ok()) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return FinishLocked(ToGrpcStatus(serialized));
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   last_seen_ = std::max(last_seen_, last);
   // Live events that arrived meanwhile are already queued; the opening goes first.
   queue_.insert(queue_.begin(), std::make_move_iterator(opening.begin()), std::make_move_iterator(opening.end()));
@@ -126,7 +126,7 @@ v1::Event WatchStream::SnapshotEvent(uint64_t sequence, bool resync) const {
 }
 
 void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
@@ -159,20 +159,20 @@ void WatchStream::PumpLocked() {
 }
 
 void WatchStream::OnWriteDone(bool ok) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
   if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
   PumpLocked();
 }
 
 void WatchStream::Close() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             absl::StrCat("failoverd is shutting down; resume after sequence ", last_seen_)));
 }
 
 void WatchStream::OnCancel() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   FinishLocked(grpc::Status::CANCELLED);
 }
 

@@ -9,7 +9,10 @@
 #include <functional>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+#include <shared_mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "server/api/event_log.h"
 #include "server/api/service_context.h"
@@ -54,7 +57,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   absl::flat_hash_set<std::string> chains_;
   absl::flat_hash_set<std::string> targets_;
 
-  absl::Mutex mu_;
+  std::mutex mu_;
   std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);  // serialized events
   grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the event being written, serialized
   uint64_t last_seen_ ABSL_GUARDED_BY(mu_) = 0;

@@ -244,6 +244,11 @@ TEST_F(CrashUnderLoadTest, SigkillMidLoadKeepsEveryAcknowledgedChangeAndNeverReu
     ctx->TryCancel();
     replay->Finish();
   }
+  for (const auto& [sequence, event] : seen) {
+    auto stored = after.find(sequence);
+    ASSERT_NE(stored, after.end()) << "event " << sequence << " was streamed but is not in the stored log";
+    EXPECT_EQ(stored->second, event) << "event " << sequence << " is stored differently from how it was streamed";
+  }
   const uint64_t highest = std::max(seen.rbegin()->first, after.rbegin()->first);
   v1::PinChainRequest pin;
   pin.set_chain(BaseChain(0));

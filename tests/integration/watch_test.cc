@@ -101,14 +101,19 @@ TEST_F(WatchTest, ChainFilterAlsoDeliversItsTargetsEvents) {
   v1::PickTargetResponse plan = Pick("two");
   Report(plan.decision_id(), "c", 500);
   auto events = ReadUntil(w, [](const v1::Event& e) { return e.has_chain_switched(); });
+  int c_events = 0;
   for (const auto& e : events) {
     if (e.has_chain_switched()) {
       EXPECT_EQ(e.chain_switched().chain(), "two");
     }
     if (e.has_target_state()) {
       EXPECT_EQ(e.target_state().target(), "c");
+      ++c_events;
     }
   }
+  // Chain two's own target's event came through, and its switch ended the read.
+  EXPECT_GE(c_events, 1);
+  ASSERT_TRUE(events.back().has_chain_switched());
   EXPECT_EQ(events.back().chain_switched().to_target(), "d");
 }
 
@@ -137,15 +142,32 @@ TEST_F(WatchTest, ResumeReplaysExactlyTheMissedEvents) {
 }
 
 TEST_F(WatchTest, ResumeFromBeyondTheRetainedLogGetsAResyncSnapshot) {
-  StartServer({"--events-keep", "1"});
+  StartServer({"--events-keep", "2"});
   TwoChains();
+  TripA();
+  // Only the newest two events are kept: the first ones are gone from the log.
+  const std::vector<v1::Event> kept = Events();
+  ASSERT_GE(kept.size(), 2u);
+  const uint64_t last = kept.back().sequence();
+  ASSERT_GT(last, 3u);
+  for (uint64_t after : {uint64_t{1}, uint64_t{1'000'000}}) {  // trimmed, and never issued
+    v1::WatchEventsRequest req;
+    req.set_after_sequence(after);
+    Watch w = Open(req);
+    v1::Event e;
+    ASSERT_TRUE(w.reader->Read(&e));
+    ASSERT_TRUE(e.has_snapshot()) << "after " << after;
+    EXPECT_TRUE(e.snapshot().resync());
+    EXPECT_EQ(e.sequence(), last);
+  }
+  // A sequence still kept replays instead.
   v1::WatchEventsRequest req;
-  req.set_after_sequence(1'000'000);  // never issued
+  req.set_after_sequence(last - 1);
   Watch w = Open(req);
   v1::Event e;
   ASSERT_TRUE(w.reader->Read(&e));
-  ASSERT_TRUE(e.has_snapshot());
-  EXPECT_TRUE(e.snapshot().resync());
+  EXPECT_FALSE(e.has_snapshot());
+  EXPECT_EQ(e.sequence(), last);
 }
 
 TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {

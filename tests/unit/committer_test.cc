@@ -1,0 +1,206 @@
+// The committer between the engine and the data dir (DESIGN 2): Changes are
+// written in order, grouped when several are ready, and published only once
+// written; a write the data dir refuses fails the calls that caused it,
+// publishes nothing, and is retried until the disk takes it. Runs on a real
+// RocksDB store in a temp dir, with the real engine and decision service.
+#include "server/committer/committer.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "server/api/decision_service.h"
+#include "server/api/event_log.h"
+#include "server/engine/engine.h"
+#include "storage/store.h"
+#include "tests/support/api_test.h"
+
+namespace failover {
+namespace {
+
+using ::testing::HasSubstr;
+namespace v1 = ::failover::v1;
+
+Change ChangeWithEvents(uint64_t first, int n) {
+  Change c;
+  for (int i = 0; i < n; ++i) {
+    Event e;
+    e.kind = EventKind::kConfigChanged;
+    e.sequence = first + static_cast<uint64_t>(i);
+    c.events.push_back(e);
+  }
+  c.next_sequence = first + static_cast<uint64_t>(n);
+  return c;
+}
+
+TEST(CommitterTest, PublishesInOrderOnlyAfterTheWriteAndGroupsWhatIsReady) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = true;
+  std::vector<size_t> batch_sizes;
+  std::vector<uint64_t> written;
+  std::vector<uint64_t> published;
+  Committer committer(
+      [&](const std::vector<const Change*>& changes) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !hold; });
+        batch_sizes.push_back(changes.size());
+        for (const Change* c : changes) written.push_back(c->events.front().sequence);
+        return absl::OkStatus();
+      },
+      [&](const Change& c) {
+        std::lock_guard<std::mutex> lock(mu);
+        // Publication never runs ahead of the write.
+        EXPECT_NE(std::find(written.begin(), written.end(), c.events.front().sequence), written.end());
+        published.push_back(c.events.front().sequence);
+      },
+      [](const absl::Status&) {});
+  const uint64_t first = committer.Submit(ChangeWithEvents(1, 1));
+  // While the first write is held, three more arrive: they go in one write.
+  committer.Submit(ChangeWithEvents(2, 2));
+  committer.Submit(ChangeWithEvents(4, 1));
+  const uint64_t last = committer.Submit(ChangeWithEvents(5, 1));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    hold = false;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(committer.Await(last).ok());
+  ASSERT_TRUE(committer.Await(first).ok());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(published, (std::vector<uint64_t>{1, 2, 4, 5}));
+  ASSERT_FALSE(batch_sizes.empty());
+  EXPECT_LT(batch_sizes.size(), 4u) << "Changes that were ready together should share a write";
+}
+
+// Records what reaches watchers.
+class RecordingWatcher : public api::EventLog::Watcher {
+ public:
+  void Deliver(const Events& events, const std::vector<grpc::ByteBuffer>&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Event& e : events) sequences_.push_back(e.sequence);
+  }
+  void Close() override {}
+  std::vector<uint64_t> sequences() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sequences_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<uint64_t> sequences_;
+};
+
+class RefusedWriteTest : public ::testing::Test {
+ protected:
+  RefusedWriteTest() {
+    OpenStore();
+    engine_.SetChangeSink([this](Change&& c) { committer_->Submit(std::move(c)); });
+    committer_ = std::make_unique<Committer>(
+        [this](const std::vector<const Change*>& changes) -> absl::Status {
+          if (refuse_.load()) return absl::UnavailableError("cannot write to data dir /x: IO error: No space left on device");
+          return store_->Write(changes);
+        },
+        [this](const Change& c) { events_.Publish(c.events); },
+        [this](const absl::Status& s) {
+          engine_.SetAcceptingChanges(s.ok(), std::string(s.message()));
+          std::lock_guard<std::mutex> lock(mu_);
+          health_.push_back(s.ok());
+        },
+        absl::Milliseconds(5));
+    api::ServiceContext ctx;
+    ctx.engine = &engine_;
+    ctx.clock = &clock_;
+    ctx.events = &events_;
+    ctx.committer = committer_.get();
+    service_ = std::make_unique<api::DecisionService>(ctx, api::WatchOptions());
+    ConfigChange change;
+    for (const char* name : {"a", "b"}) {
+      TargetConfig t;
+      t.name = name;
+      change.targets.push_back(t);
+    }
+    ChainConfig chain;
+    chain.name = "ch";
+    chain.targets = {"a", "b"};
+    change.chains = {chain};
+    Committer::Scope scope(committer_.get());
+    EXPECT_TRUE(engine_.Apply(change, ApplyOptions(), clock_.Now()).ok());
+    EXPECT_TRUE(scope.Await().ok());
+    events_.Subscribe(&watcher_, 10);
+  }
+  ~RefusedWriteTest() override {
+    events_.Unsubscribe(&watcher_);
+    committer_->Stop();
+  }
+
+  void OpenStore() {
+    auto store = storage::Store::Open(dir_.path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(store).value();
+  }
+
+  grpc::Status Report(const std::string& target, uint32_t http_status, v1::ReportOutcomeResponse* resp) {
+    v1::ReportOutcomeRequest req;
+    req.set_chain("ch");
+    req.set_target(target);
+    req.mutable_failure()->set_http_status(http_status);
+    const absl::Status s = service_->Report(req, resp);
+    return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  }
+
+  std::vector<bool> health() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return health_;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<storage::Store> store_;
+  SimulatedClock clock_;
+  Engine engine_;
+  api::EventLog events_;
+  std::atomic<bool> refuse_{false};
+  std::unique_ptr<Committer> committer_;
+  std::unique_ptr<api::DecisionService> service_;
+  RecordingWatcher watcher_;
+  std::mutex mu_;
+  std::vector<bool> health_;
+};
+
+TEST_F(RefusedWriteTest, TheCallFailsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {
+  const uint64_t before = events_.last_sequence();
+  refuse_ = true;
+  v1::ReportOutcomeResponse resp;
+  const grpc::Status failed = Report("a", 503, &resp);  // trips "a"
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(failed.error_message(), HasSubstr("No space left on device"));
+  EXPECT_THAT(failed.error_message(), HasSubstr("refuses changes"));
+  EXPECT_EQ(health(), std::vector<bool>{false});
+  EXPECT_TRUE(watcher_.sequences().empty());
+  EXPECT_EQ(events_.last_sequence(), before);
+  // Further changes are refused while the disk refuses; decisions go on.
+  EXPECT_FALSE(engine_.accepting_changes());
+  EXPECT_TRUE(Report("b", 503, &resp).ok());
+  EXPECT_EQ(engine_.GetTargetStatus("b")->health, HealthState::kUnknown);
+
+  refuse_ = false;
+  ASSERT_TRUE(testing::Eventually([&] { return !watcher_.sequences().empty(); }));
+  EXPECT_EQ(health(), (std::vector<bool>{false, true}));
+  EXPECT_TRUE(engine_.accepting_changes());
+  const std::vector<uint64_t> streamed = watcher_.sequences();
+  for (size_t i = 0; i < streamed.size(); ++i) EXPECT_EQ(streamed[i], before + 1 + i);
+
+  // After a restart the next sequence follows everything streamed: none is reused.
+  committer_->Stop();
+  ASSERT_TRUE(store_->Close().ok());
+  OpenStore();
+  EXPECT_GT(store_->next_sequence(), streamed.back());
+  auto stored = store_->RecentEvents(100);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->back().sequence, streamed.back());
+}
+
+}  // namespace
+}  // namespace failover

@@ -6,6 +6,13 @@
 #include <set>
 #include <string>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "failover/v1/admin.grpc.pb.h"
+#include "failover/v1/decision.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
@@ -116,6 +123,93 @@ TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {
   CommandResult r = RunCommand({FailoverdBinary(), "--log-level", "loud"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err + r.out, ::testing::HasSubstr("--log-level"));
+}
+
+}  // namespace
+}  // namespace failover::testing
+
+namespace failover::testing {
+namespace {
+
+// SIGTERM while callers trip and recover targets, the ticker brings local
+// targets back every tick and watchers read: failoverd drains, saves what was
+// acknowledged and exits 0, and the next start reads the data dir whole.
+TEST(ServerLifecycleTest, SigtermUnderLoadWithTheTickerAndWatchersBusyIsClean) {
+  TempDir data;
+  auto proc = std::make_unique<FailoverdProcess>(
+      FailoverdProcess::Options{data.path(), {"--shutdown-grace", "5"}});
+  std::string error;
+  ASSERT_TRUE(proc->Start(&error)) << error;
+  auto admin = failover::v1::AdminService::NewStub(proc->Channel());
+  failover::v1::ApplyRequest config;
+  for (int i = 0; i < 4; ++i) {
+    failover::v1::Target* t = config.add_targets();
+    t->set_name(absl::StrCat("local-", i));
+    t->set_kind(failover::v1::TARGET_KIND_LOCAL);  // no health check: back after the dwell, on a tick
+  }
+  for (int c = 0; c < 2; ++c) {
+    failover::v1::Chain* chain = config.add_chains();
+    chain->set_name(absl::StrCat("ch", c));
+    chain->add_targets(absl::StrCat("local-", 2 * c));
+    chain->add_targets(absl::StrCat("local-", 2 * c + 1));
+    chain->mutable_policy()->mutable_recovery()->mutable_min_dwell()->set_nanos(50'000'000);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    failover::v1::ApplyResponse resp;
+    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> events_read{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&] {
+      auto decide = failover::v1::DecisionService::NewStub(proc->Channel());
+      grpc::ClientContext ctx;
+      auto watch = decide->WatchEvents(&ctx, failover::v1::WatchEventsRequest());
+      failover::v1::Event e;
+      while (watch->Read(&e)) ++events_read;
+    });
+  }
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      auto decide = failover::v1::DecisionService::NewStub(proc->Channel());
+      for (int i = 0; !stop.load(); ++i) {
+        failover::v1::ReportOutcomeRequest report;
+        report.set_chain(absl::StrCat("ch", w));
+        // A failure trips the target, a success brings it back (it has no health check).
+        report.set_target(absl::StrCat("local-", 2 * w + (i / 2) % 2));
+        if (i % 2 == 0) {
+          report.mutable_failure()->set_http_status(503);
+        } else {
+          report.mutable_success();
+        }
+        grpc::ClientContext ctx;
+        ctx.set_deadline(Deadline());
+        failover::v1::ReportOutcomeResponse resp;
+        if (!decide->ReportOutcome(&ctx, report, &resp).ok()) break;  // shutting down
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (events_read.load() < 600 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(events_read.load(), 600) << "the load should have changed state often";
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(proc->Stop(SIGTERM, 15), 0) << proc->Stderr();
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_THAT(proc->Stderr(), ::testing::HasSubstr("failoverd stopped cleanly"));
+  RecordProperty("sigterm_to_exit_ms", static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            std::chrono::steady_clock::now() - started)
+                                                            .count()));
+
+  proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data.path(), {}});
+  ASSERT_TRUE(proc->Start(&error)) << error;
+  EXPECT_EQ(Health(*proc, ""), HealthCheckResponse::SERVING);
 }
 
 }  // namespace

@@ -25,16 +25,21 @@ class Clock {
 // the times shown and stored stay close to wall time.
 class RealClock final : public Clock {
  public:
-  RealClock() : RealClock(absl::Now()) {}
-  explicit RealClock(absl::Time wall_at_start)
-      : wall_at_start_(wall_at_start), monotonic_at_start_(std::chrono::steady_clock::now()) {}
-  absl::Time Now() const override {
-    return wall_at_start_ + absl::FromChrono(std::chrono::steady_clock::now() - monotonic_at_start_);
+  // The sources are injectable so a test can step the wall clock.
+  using WallSource = absl::Time (*)();
+  using MonotonicSource = absl::Duration (*)();  // time since any fixed point
+  static absl::Duration SteadyNow() {
+    return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
   }
 
+  explicit RealClock(WallSource wall = &absl::Now, MonotonicSource monotonic = &SteadyNow)
+      : monotonic_(monotonic), wall_at_start_(wall()), monotonic_at_start_(monotonic()) {}
+  absl::Time Now() const override { return wall_at_start_ + (monotonic_() - monotonic_at_start_); }
+
  private:
+  const MonotonicSource monotonic_;
   const absl::Time wall_at_start_;
-  const std::chrono::steady_clock::time_point monotonic_at_start_;
+  const absl::Duration monotonic_at_start_;
 };
 
 // A clock that moves only when told to.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "yaml-cpp/yaml.h"
 
 namespace failover::config {
@@ -309,7 +310,46 @@ std::vector<Document> SplitDocuments(const std::string& text) {
   return docs;
 }
 
+// Most nodes one document may expand to. YAML aliases let a few hundred bytes
+// stand for millions of nodes; a config has at most a few hundred thousand.
+constexpr size_t kMaxNodes = 2'000'000;
+
+// Walks `node` as the parser will, aliases expanded, spending `budget`; false
+// once it runs out.
+bool WithinBudget(const YAML::Node& node, size_t* budget) {
+  if (*budget == 0) return false;
+  --*budget;
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (!WithinBudget(kv.first, budget) || !WithinBudget(kv.second, budget)) return false;
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      if (!WithinBudget(item, budget)) return false;
+    }
+  }
+  return true;
+}
+
+// The line and column (1-based) of the first byte that is not UTF-8, if any.
+bool FindInvalidUtf8(const std::string& text, int* line, int* column) {
+  const size_t at = FirstInvalidUtf8(text);
+  if (at == std::string::npos) return false;
+  const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  *line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  *column = static_cast<int>(at - (line_start == std::string::npos || at == 0 ? 0 : line_start + 1)) + 1;
+  return true;
+}
+
 absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
+  // Every string failoverd stores and sends must be UTF-8 (proto3 strings): a
+  // Latin-1 byte in a label would make every response carrying it unreadable.
+  int bad_line = 0, bad_column = 0;
+  if (FindInvalidUtf8(text, &bad_line, &bad_column)) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", bad_line, ": column ", bad_column,
+                                                   ": not valid UTF-8 (save the file as UTF-8)"));
+  }
+  bool declares = false;
   for (const Document& part : SplitDocuments(text)) {
     YAML::Node doc;
     try {
@@ -326,6 +366,12 @@ absl::Status ParseInto(const std::string& text, const std::string& file, LoadedC
       return absl::InvalidArgumentError(absl::StrCat(
           file, ":", part.first_content_line, ": not valid YAML: the document does not parse as a map"));
     }
+    size_t budget = kMaxNodes;
+    if (!WithinBudget(doc, &budget)) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ":", part.first_line + 1, ": the document expands to more than ",
+                                                     kMaxNodes, " YAML nodes (aliases?); refusing it"));
+    }
+    declares = declares || (doc.IsMap() && (doc["targets"] || doc["chains"]));
     try {
       RETURN_IF_ERROR(ParseDocument(doc, file, part.first_line, out));
     } catch (const YAML::Exception& e) {
@@ -334,6 +380,13 @@ absl::Status ParseInto(const std::string& text, const std::string& file, LoadedC
       return absl::InvalidArgumentError(
           absl::StrCat(file, ":", part.first_line + e.mark.line + 1, ": not a valid config: ", e.msg));
     }
+  }
+  // An empty file is far more often a half-written one (a ConfigMap caught
+  // mid-update) than a wish to delete everything it declared.
+  if (!declares) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ":1: declares nothing (empty, or comments only); to remove every object it declared, say so: "
+              "`targets: []`"));
   }
   return absl::OkStatus();
 }

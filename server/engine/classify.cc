@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/utf8.h"
 
 namespace failover {
 namespace {
@@ -328,8 +329,9 @@ std::string FailoverRules::Summarize(const OutcomeFacts& facts) {
   } else if (facts.admission_rejected) {
     out = "admission rejected";
   }
-  std::string msg = facts.message.empty() ? facts.error_code : facts.message;
-  if (msg.size() > 200) msg = msg.substr(0, 200) + "...";
+  // Callers relay upstream errors in any language: cut on a character
+  // boundary, and never let a byte that is not UTF-8 into state or events.
+  const std::string msg = SanitizeUtf8(facts.message.empty() ? facts.error_code : facts.message, 200);
   if (!msg.empty()) absl::StrAppend(&out, out.empty() ? "" : " ", "\"", msg, "\"");
   return out.empty() ? "failure" : out;
 }

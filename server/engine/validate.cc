@@ -1,11 +1,13 @@
 #include "server/engine/validate.h"
 
+#include <cmath>
 #include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/classify.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace failover {
 namespace {
@@ -61,7 +63,8 @@ absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
   if (t.upstream_model.size() > 256) {
     return Invalid(absl::StrCat(path, ".upstream_model"), "must be at most 256 characters");
   }
-  if (t.cost < 0 || t.cost != t.cost) {
+  if (!IsValidUtf8(t.upstream_model)) return Invalid(absl::StrCat(path, ".upstream_model"), "is not valid UTF-8");
+  if (!(t.cost >= 0 && std::isfinite(t.cost))) {
     return Invalid(absl::StrCat(path, ".cost"), absl::StrCat("must be >= 0, got ", t.cost));
   }
   RETURN_IF_ERROR(NonNegative(t.timeout, absl::StrCat(path, ".timeout")));
@@ -75,7 +78,14 @@ absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
     return Invalid(absl::StrCat(path, ".labels"),
                    absl::StrCat("at most ", kMaxLabels, " labels, got ", t.labels.size()));
   }
+  size_t index = 0;
   for (const auto& [k, v] : t.labels) {
+    if (!IsValidUtf8(k)) {
+      return Invalid(absl::StrCat(path, ".labels (key ", index, ")"),
+                     absl::StrCat("is not valid UTF-8: \"", absl::CHexEscape(k.substr(0, 64)), "\""));
+    }
+    if (!IsValidUtf8(v)) return Invalid(absl::StrCat(path, ".labels[\"", k, "\"]"), "is not valid UTF-8");
+    ++index;
     if (k.empty() || k.size() + v.size() > kMaxLabelBytes) {
       return Invalid(absl::StrCat(path, ".labels[\"", k, "\"]"),
                      absl::StrCat("key must be non-empty and key+value at most ", kMaxLabelBytes, " bytes"));

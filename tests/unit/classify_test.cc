@@ -2,6 +2,8 @@
 // phase overrides and each policy override.
 #include "server/engine/classify.h"
 
+#include "common/utf8.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace failover {
@@ -189,6 +191,22 @@ TEST(ClassifyTest, BadRulesNameTheFieldAndValue) {
 TEST(ClassifyTest, SummaryNamesStatusAndMessage) {
   EXPECT_EQ(FailoverRules::Summarize(Http(503, "overloaded")), "503 \"overloaded\"");
   EXPECT_EQ(FailoverRules::Summarize(Transport(TransportError::kConnectRefused)), "connect refused");
+}
+
+// An upstream's long error in Japanese (3 bytes a character) is cut on a
+// character boundary: the summary goes into state and events, which must stay
+// valid UTF-8 or every response carrying them becomes unreadable.
+TEST(ClassifyTest, ALongMultiByteMessageIsCutOnACharacterBoundary) {
+  std::string message;
+  for (int i = 0; i < 100; ++i) message += "\xe3\x81\x82";  // U+3042, 300 bytes in all
+  for (const std::string& m : {message, "x" + message, "xy" + message}) {
+    const std::string summary = FailoverRules::Summarize(Http(503, m));
+    EXPECT_TRUE(IsValidUtf8(summary)) << summary;
+    EXPECT_THAT(summary, ::testing::EndsWith("...\""));
+    EXPECT_LE(summary.size(), 220u);
+  }
+  // Bytes that are not UTF-8 are replaced, never passed on.
+  EXPECT_EQ(FailoverRules::Summarize(Http(500, "caf\xe9")), "500 \"caf\xef\xbf\xbd\"");
 }
 
 }  // namespace

@@ -103,7 +103,8 @@ TEST(ConfigFileTest, OutOfRangeDurationsAndNonAsciiNamesAreLocatedAndEscaped) {
        "    policy: {trip: {window: 1000h}}\n",
        "f.yaml:3: chains[0].policy.trip.window: must be at most 720h, got 1000h"},
       {"targets:\n  - name: a\n    timeout: -5s\n", "f.yaml:2: targets[0].timeout: must not be negative, got -5s"},
-      {"targets:\n  - name: \"caf\xff\"\n", "f.yaml:2: targets[0].name: may only contain A-Za-z0-9._:/@-, got \"caf\\xff\""},
+      {"targets:\n  - name: \"caf\xc3\xa9\"\n",
+       "f.yaml:2: targets[0].name: may only contain A-Za-z0-9._:/@-, got \"caf\\xc3\\xa9\""},
   };
   for (const Case& c : cases) {
     auto loaded = ParseConfigText(c.text, "f.yaml");
@@ -116,6 +117,45 @@ TEST(ConfigFileTest, OutOfRangeDurationsAndNonAsciiNamesAreLocatedAndEscaped) {
     EXPECT_THAT(std::string(Locate(*loaded, applied.status()).message()), HasSubstr(c.expected));
     EXPECT_EQ(engine.generation(), 0u);  // nothing applied
   }
+}
+
+}  // namespace
+}  // namespace failover::config
+
+namespace failover::config {
+namespace {
+
+TEST(ConfigFileTest, AByteThatIsNotUtf8IsRefusedWithItsLineAndColumn) {
+  // "caf\xe9" is Latin-1: it would make every response carrying the label unreadable.
+  auto refused = ParseConfigText("targets:\n  - name: a\n    labels: {region: caf\xe9}\n", "f.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("f.yaml:3: column 25: not valid UTF-8"));
+  // The same text in UTF-8 is fine.
+  EXPECT_TRUE(ParseConfigText("targets:\n  - name: a\n    labels: {region: caf\xc3\xa9}\n", "f.yaml").ok());
+}
+
+TEST(ConfigFileTest, AFileThatDeclaresNothingIsRefusedUnlessItSaysSo) {
+  for (const char* text : {"", "# only a comment\n", "---\n# comment\n"}) {
+    auto refused = ParseConfigText(text, "half-written.yaml");
+    ASSERT_FALSE(refused.ok()) << "\"" << text << "\"";
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("half-written.yaml:1: declares nothing"));
+  }
+  auto explicit_empty = ParseConfigText("targets: []\n", "empty.yaml");
+  ASSERT_TRUE(explicit_empty.ok()) << explicit_empty.status();
+  EXPECT_TRUE(explicit_empty->change.targets.empty());
+}
+
+TEST(ConfigFileTest, AnAliasBombIsRefusedWithoutExpandingIt) {
+  // Each level doubles the one below: 2^40 nodes once expanded.
+  std::string text = "a0: &a0 [x, x]\n";
+  for (int i = 1; i <= 40; ++i) {
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [*a" + std::to_string(i - 1) + ", *a" +
+            std::to_string(i - 1) + "]\n";
+  }
+  text += "targets: [{name: a}]\n";
+  auto refused = ParseConfigText(text, "bomb.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("bomb.yaml:1: the document expands to more than"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // verdicts, pins, manual failover, validation and decisions.
 #include "server/engine/engine.h"
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -755,6 +756,14 @@ TEST_F(ValidationTest, BadTargetFields) {
   TargetConfig t = Target("t");
   t.cost = -1;
   ExpectRejected({{t}, {}}, "targets[0].cost", "-1");
+  t.cost = std::numeric_limits<double>::infinity();
+  ExpectRejected({{t}, {}}, "targets[0].cost", "inf");
+  t = Target("t");
+  t.labels["region"] = "caf\xe9";  // Latin-1
+  ExpectRejected({{t}, {}}, "targets[0].labels[\"region\"]", "not valid UTF-8");
+  t = Target("t");
+  t.upstream_model = "caf\xe9";
+  ExpectRejected({{t}, {}}, "targets[0].upstream_model", "not valid UTF-8");
   t = Target("t");
   t.timeout = absl::Seconds(-1);
   ExpectRejected({{t}, {}}, "targets[0].timeout", "-1s");

@@ -1,5 +1,8 @@
-// The health state machine of one target, on a hand-driven clock.
+// The health state machine of one target, on a hand-driven clock; and
+// failoverd's own clock, whose spans ignore steps of the wall clock.
 #include "server/engine/target_health.h"
+
+#include "common/clock.h"
 
 #include "gtest/gtest.h"
 
@@ -143,6 +146,30 @@ TEST(TargetHealthTest, TripCountGrowsAndResetsAfterAQuietPeriod) {
   ASSERT_TRUE(h.OnFailure(s, later, "500", 1, &tr));
   EXPECT_EQ(h.trips(), 1u);
   EXPECT_EQ(h.probe_due(), later + absl::Minutes(1));
+}
+
+}  // namespace
+}  // namespace failover
+
+namespace failover {
+namespace {
+
+// The wall clock steps back an hour while ten seconds pass: a 10 s hold (or
+// dwell, or cooldown) measured on failoverd's clock still ends after 10 s.
+absl::Time g_wall = absl::FromUnixSeconds(1'800'000'000);
+absl::Duration g_monotonic = absl::Seconds(5000);
+absl::Time Wall() { return g_wall; }
+absl::Duration Monotonic() { return g_monotonic; }
+
+TEST(RealClockTest, AStepOfTheWallClockChangesNoSpan) {
+  RealClock clock(&Wall, &Monotonic);
+  const absl::Time held_from = clock.Now();
+  EXPECT_EQ(held_from, absl::FromUnixSeconds(1'800'000'000));
+  g_wall -= absl::Hours(1);
+  g_monotonic += absl::Seconds(10);
+  EXPECT_EQ(clock.Now() - held_from, absl::Seconds(10));
+  g_wall += absl::Hours(5);
+  EXPECT_EQ(clock.Now() - held_from, absl::Seconds(10));
 }
 
 }  // namespace

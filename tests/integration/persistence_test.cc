@@ -105,12 +105,16 @@ TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig)
             "targets: [{name: a}, {name: b}, {name: c}]\n"
             "chains: [{name: ch, targets: [a, b, c]}]\n");
   ASSERT_TRUE(Eventually([&] { return Chain("ch").config().targets_size() == 3; }));
-  bool saw_config_event = false;
-  for (const auto& e : Events()) {
-    saw_config_event |= e.has_config_changed() && e.config_changed().name() == "ch" &&
-                        e.config_changed().change() == v1::CONFIG_CHANGE_UPDATED;
-  }
-  EXPECT_TRUE(saw_config_event);
+  // The event is listed once the change is on disk, a moment after the engine has it.
+  EXPECT_TRUE(Eventually([&] {
+    for (const auto& e : Events()) {
+      if (e.has_config_changed() && e.config_changed().name() == "ch" &&
+          e.config_changed().change() == v1::CONFIG_CHANGE_UPDATED) {
+        return true;
+      }
+    }
+    return false;
+  }));
 
   // A bad change is rejected with file, line and field; the running config stays.
   WriteFile(file,

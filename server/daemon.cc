@@ -63,6 +63,7 @@ void Daemon::OnWrites(const absl::Status& status) {
 absl::Status Daemon::Start() {
   storage::StoreOptions store_options;
   store_options.events_keep = flags_.events_keep;
+  store_options.min_free_bytes = flags_.min_free_mb << 20;
   auto store = storage::Store::Open(flags_.data_dir, store_options);
   if (!store.ok()) return Refuse("cannot open the data dir", store.status());
   store_ = std::move(store).value();

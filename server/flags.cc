@@ -29,6 +29,10 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "Seconds in-flight calls get to finish on SIGTERM/SIGINT")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--min-free-mb", flags->min_free_mb,
+                 "Free space (MiB) kept on the data dir's disk: below it, changes are refused and failoverd "
+                 "reports NOT_SERVING until space is back; 0 = no check")
+      ->capture_default_str();
   app.add_option("--events-keep", flags->events_keep, "Events kept in the data dir, newest first")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@ struct Flags {
   std::string port_file;
   double shutdown_grace_seconds = 10;
   size_t events_keep = 10000;
+  uint64_t min_free_mb = 64;
   size_t watch_queue = 1024;
   std::string tokens_file;
   std::string tls_cert;

@@ -1,5 +1,7 @@
 #include "storage/store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <random>
@@ -71,6 +73,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
   std::unique_ptr<Store> store(new Store());
   store->data_dir_ = data_dir;
   store->options_ = store_options;
+  // Opening writes (a new manifest, the options file); RocksDB aborts when
+  // the disk is full under it, so refuse first, saying why.
+  RETURN_IF_ERROR(store->CheckFreeSpace(0));
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::Status s = rocksdb::DB::Open(options, data_dir, descriptors, &handles, &store->db_);
   RETURN_IF_ERROR(FromRocks(s, data_dir));
@@ -161,6 +166,18 @@ absl::Status Store::OpenOrRefuse() const {
   return absl::FailedPreconditionError(absl::StrCat("data dir ", data_dir_, " is closed"));
 }
 
+absl::Status Store::CheckFreeSpace(uint64_t write_bytes) const {
+  if (options_.min_free_bytes == 0) return absl::OkStatus();
+  struct statvfs fs;
+  if (statvfs(data_dir_.c_str(), &fs) != 0) return absl::OkStatus();  // cannot tell: let RocksDB try
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  // The write goes to the WAL now and to a table file at the next flush.
+  if (free_bytes >= options_.min_free_bytes + 2 * write_bytes) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("data dir ", data_dir_, " has ", free_bytes >> 20,
+                                             " MiB free, less than the ", options_.min_free_bytes >> 20,
+                                             " MiB failoverd keeps in reserve (--min-free-mb); free some space"));
+}
+
 absl::Status Store::Write(const std::vector<const Change*>& changes) {
   std::shared_lock<std::shared_mutex> open(mu_);
   RETURN_IF_ERROR(OpenOrRefuse());
@@ -237,9 +254,15 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
     batch.DeleteRange(handle(Family::kEvents), EncodeUint64(oldest), EncodeUint64(keep_from));
     oldest = keep_from;
   }
+  RETURN_IF_ERROR(CheckFreeSpace(batch.GetDataSize()));
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  const rocksdb::Status s = db_->Write(sync, &batch);
+  rocksdb::Status s = db_->Write(sync, &batch);
+  if (!s.ok() && s.IsIOError()) {
+    // A background error (a flush that failed, say) stops every write until
+    // RocksDB is told to resume; the caller retries after this.
+    (void)db_->Resume();
+  }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot write to data dir ", data_dir_, ": ", s.ToString()));
   }
@@ -381,6 +404,7 @@ absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::
     cut = std::max(cut, seq + 1);
   }
   if (cut <= oldest) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFreeSpace(0));
   rocksdb::WriteOptions sync;
   sync.sync = true;
   const rocksdb::Status s = db_->DeleteRange(sync, events, EncodeUint64(oldest), EncodeUint64(cut));

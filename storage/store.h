@@ -60,6 +60,10 @@ inline constexpr int kSchemaVersion = 2;
 struct StoreOptions {
   // Events kept, newest first; older ones are dropped as new ones are written.
   size_t events_keep = 10000;
+  // A write is refused while the data dir's file system has less free space
+  // than this (plus the write itself): RocksDB must never meet a full disk,
+  // which it does not survive (it aborts on the next write). 0 = no check.
+  uint64_t min_free_bytes = 64ull << 20;
 };
 
 // Thread-safe. Every call after Close() gets FAILED_PRECONDITION instead of
@@ -107,6 +111,7 @@ class Store {
   Store() = default;
   [[nodiscard]] absl::Status CheckSchema();
   [[nodiscard]] absl::Status OpenOrRefuse() const;  // shared lock held
+  [[nodiscard]] absl::Status CheckFreeSpace(uint64_t write_bytes) const;
   [[nodiscard]] absl::StatusOr<Events> ReadEvents(rocksdb::Iterator* it, bool forward, uint64_t from,
                                                   size_t limit) const;
 

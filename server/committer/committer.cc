@@ -99,8 +99,10 @@ void Committer::Run() {
       if (!failing) on_health_(written);
       failing = true;
       lock.lock();
-      failure_ = absl::UnavailableError(
-          absl::StrCat(written.message(), "; failoverd refuses changes until the data dir takes writes again"));
+      failure_ = absl::UnavailableError(absl::StrCat(
+          "not saved yet: ", written.message(),
+          "; failoverd keeps the change in memory, saves it as soon as the data dir takes writes again (it is "
+          "lost if failoverd stops first), and refuses further changes until then"));
       failed_up_to_ = next_ticket_ - 1;
       done_.notify_all();
     }

@@ -176,7 +176,7 @@ TEST_F(RefusedWriteTest, TheCallFailsNothingIsStreamedAndTheChangeIsSavedOnceThe
   const grpc::Status failed = Report("a", 503, &resp);  // trips "a"
   EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(failed.error_message(), HasSubstr("No space left on device"));
-  EXPECT_THAT(failed.error_message(), HasSubstr("refuses changes"));
+  EXPECT_THAT(failed.error_message(), HasSubstr("refuses further changes"));
   EXPECT_EQ(health(), std::vector<bool>{false});
   EXPECT_TRUE(watcher_.sequences().empty());
   EXPECT_EQ(events_.last_sequence(), before);

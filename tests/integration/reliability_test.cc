@@ -1,0 +1,178 @@
+// Faults an unlucky operator meets, through the real binary: a full disk, and
+// valid input that once bricked the data dir. Each fault gets a clear refusal;
+// nothing acknowledged is lost; failoverd keeps deciding.
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/support/api_test.h"
+
+namespace failover::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A small tmpfs mounted for one test (needs root; the test is skipped otherwise).
+class SmallDisk {
+ public:
+  explicit SmallDisk(int megabytes) {
+    path_ = dir_.path() + "/disk";
+    std::filesystem::create_directories(path_);
+    const std::string options = "size=" + std::to_string(megabytes) + "m";
+    mounted_ = mount("tmpfs", path_.c_str(), "tmpfs", 0, options.c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& path() const { return path_; }
+  // Fills the disk until `leave_mib` MiB are free.
+  void FillLeaving(int leave_mib) {
+    std::ofstream filler(path_ + "/filler", std::ios::binary);
+    const std::string chunk(1 << 20, '\0');
+    while (std::filesystem::space(path_).available > static_cast<uintmax_t>(leave_mib + 1) << 20) {
+      filler.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      filler.flush();
+    }
+  }
+  void Free() { std::filesystem::remove(path_ + "/filler"); }
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  bool mounted_ = false;
+};
+
+std::string HealthOf(const FailoverdProcess& p) {
+  auto stub = grpc::health::v1::Health::NewStub(p.Channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckResponse resp;
+  if (!stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok()) return "unreachable";
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? "SERVING" : "NOT_SERVING";
+}
+
+class ReliabilityTest : public ApiTest {
+ protected:
+  void TwoTargets() {
+    v1::ApplyRequest req;
+    AddTarget(&req, "a");
+    AddTarget(&req, "b");
+    v1::Chain* chain = req.add_chains();
+    chain->set_name("ch");
+    chain->add_targets("a");
+    chain->add_targets("b");
+    ASSERT_TRUE(Apply(req).ok());
+  }
+};
+
+TEST(DiskFullTest, ChangesAreRefusedDecisionsGoOnAndEverythingIsSavedOnceSpaceIsBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  SmallDisk disk(24);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const std::string data = disk.path() + "/data";
+  auto proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data, {"--min-free-mb", "8"}});
+  std::string error;
+  ASSERT_TRUE(proc->Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc->Channel());
+  auto decide = v1::DecisionService::NewStub(proc->Channel());
+  auto apply = [&](const std::string& target) {
+    v1::ApplyRequest req;
+    req.add_targets()->set_name(target);
+    v1::Chain* chain = req.add_chains();
+    chain->set_name("ch");
+    chain->add_targets("a");
+    chain->add_targets(target);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ApplyResponse resp;
+    return admin->Apply(&ctx, req, &resp);
+  };
+  {
+    v1::ApplyRequest req;
+    req.add_targets()->set_name("a");
+    grpc::ClientContext ctx;
+    v1::ApplyResponse resp;
+    ASSERT_TRUE(admin->Apply(&ctx, req, &resp).ok());
+  }
+  ASSERT_TRUE(apply("b").ok());
+
+  disk.FillLeaving(4);
+  const grpc::Status refused = apply("c");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("--min-free-mb"));
+  EXPECT_THAT(refused.error_message(), HasSubstr(data));
+  EXPECT_EQ(HealthOf(*proc), "NOT_SERVING");
+  EXPECT_THAT(proc->Stderr(), HasSubstr("cannot save state changes"));
+  // Further changes are refused; decisions go on from memory.
+  EXPECT_EQ(apply("d").error_code(), grpc::StatusCode::UNAVAILABLE);
+  {
+    v1::PickTargetRequest pick;
+    pick.set_chain("ch");
+    grpc::ClientContext ctx;
+    v1::PickTargetResponse resp;
+    ASSERT_TRUE(decide->PickTarget(&ctx, pick, &resp).ok());
+    EXPECT_EQ(resp.attempts(0).target(), "a");
+  }
+
+  disk.Free();
+  ASSERT_TRUE(Eventually([&] { return HealthOf(*proc) == "SERVING"; })) << proc->Stderr();
+  EXPECT_THAT(proc->Stderr(), HasSubstr("takes writes again"));
+  EXPECT_TRUE(apply("d").ok());
+  ASSERT_EQ(proc->Stop(SIGTERM), 0) << proc->Stderr();
+
+  // Everything is on disk: the change held back while the disk was full and the later one.
+  proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data, {"--min-free-mb", "8"}});
+  ASSERT_TRUE(proc->Start(&error)) << error;
+  admin = v1::AdminService::NewStub(proc->Channel());
+  for (const char* name : {"a", "b", "c", "d"}) {
+    v1::GetTargetRequest get;
+    get.set_name(name);
+    grpc::ClientContext ctx;
+    v1::TargetView view;
+    EXPECT_TRUE(admin->GetTarget(&ctx, get, &view).ok()) << name;
+  }
+}
+
+TEST(DiskFullTest, AStartOnAFullDiskIsRefusedWithAMessageNotAnAbort) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  SmallDisk disk(16);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  disk.FillLeaving(0);
+  FailoverdProcess proc({disk.path() + "/data", {"--min-free-mb", "8"}});
+  std::string error;
+  EXPECT_FALSE(proc.Start(&error, 10));
+  EXPECT_THAT(proc.Stderr(), HasSubstr("cannot open the data dir"));
+  EXPECT_THAT(proc.Stderr(), HasSubstr("--min-free-mb"));
+  EXPECT_THAT(proc.Stderr(), ::testing::Not(HasSubstr("Assertion")));
+}
+
+// An upstream error in Japanese, longer than failoverd keeps, relayed by a
+// caller: every view, the event log, watchers and the next start still read.
+TEST_F(ReliabilityTest, ALongMultiByteErrorMessageKeepsEveryViewReadableAndTheNextStart) {
+  StartServer();
+  TwoTargets();
+  std::string message;
+  for (int i = 0; i < 150; ++i) message += "\xe3\x82\xa8";  // U+30A8, 450 bytes in all
+  v1::ReportOutcomeResponse verdict = Report(Pick("ch").decision_id(), "a", 500, "x" + message);
+  EXPECT_EQ(verdict.verdict(), v1::VERDICT_TRY_NEXT);
+  EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_DOWN);
+  EXPECT_THAT(Target("a").status().last_error(), HasSubstr("\xe3\x82\xa8..."));
+  bool saw_trip = false;
+  for (const auto& e : Events()) saw_trip |= e.has_target_state() && e.target_state().target() == "a";
+  EXPECT_TRUE(saw_trip);
+  v1::StatusResponse status;
+  ASSERT_TRUE(admin_->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok());
+
+  ASSERT_EQ(proc_->Stop(SIGTERM), 0);
+  StartServer();
+  EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_DOWN);
+}
+
+}  // namespace
+}  // namespace failover::testing

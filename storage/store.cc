@@ -53,10 +53,22 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
     return absl::FailedPreconditionError(
         absl::StrCat("data dir ", data_dir, " cannot be created: ", ec.message()));
   }
+  // A dir that holds files but no CURRENT is a damaged database (or not one):
+  // RocksDB would create a fresh, empty one over it.
+  const bool exists = std::filesystem::exists(std::filesystem::path(data_dir) / "CURRENT", ec);
+  if (!exists && !std::filesystem::is_empty(data_dir, ec)) {
+    return absl::DataLossError(absl::StrCat(
+        "data dir ", data_dir, " holds files but no CURRENT file: the database is damaged, or the dir is not "
+        "failoverd's; nothing was changed (see \"Recovering a data dir\" in the README)"));
+  }
   rocksdb::DBOptions options;
-  options.create_if_missing = true;
-  options.create_missing_column_families = true;
+  options.create_if_missing = !exists;
+  options.create_missing_column_families = !exists;
   options.paranoid_checks = true;
+  // A damaged record in the middle of the WAL stops the start instead of
+  // silently dropping everything after it; a torn last record (a write cut by
+  // a power loss, never acknowledged) is dropped.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kTolerateCorruptedTailRecords;
   // failoverd's data is small and is read whole at start: small memtables and
   // one small block cache shared by every family keep RocksDB's share of the
   // RSS low (the defaults are 64 MiB memtables and a 32 MiB cache per family).
@@ -77,6 +89,19 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
   // the disk is full under it, so refuse first, saying why.
   RETURN_IF_ERROR(store->CheckFreeSpace(0));
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  if (exists) {
+    // Read it once without writing anything: a database that does not read
+    // back whole is refused untouched.
+    rocksdb::DB* check = nullptr;
+    rocksdb::Status read = rocksdb::DB::OpenForReadOnly(options, data_dir, descriptors, &handles, &check);
+    if (read.ok()) {
+      for (auto* h : handles) check->DestroyColumnFamilyHandle(h);
+      handles.clear();
+      read = check->Close();
+      delete check;
+    }
+    RETURN_IF_ERROR(FromRocks(read, data_dir));
+  }
   rocksdb::Status s = rocksdb::DB::Open(options, data_dir, descriptors, &handles, &store->db_);
   RETURN_IF_ERROR(FromRocks(s, data_dir));
   for (size_t i = 0; i < handles.size(); ++i) store->handles_[i] = handles[i];

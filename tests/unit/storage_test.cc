@@ -287,3 +287,71 @@ TEST(StoreTest, ACorruptDatabaseIsRefusedNamingTheDir) {
 
 }  // namespace
 }  // namespace failover::storage
+
+namespace failover::storage {
+namespace {
+
+std::vector<std::string> Listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("LOG", 0) != 0) {  // RocksDB's info log may be rotated
+      names.push_back(entry.path().filename().string() + ":" + std::to_string(entry.file_size()));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(StoreTest, AMissingCurrentFileIsRefusedEveryTimeAndNothingIsCreated) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    Change c;
+    c.pins.push_back(PinRecord{"ch", "b"});
+    ASSERT_TRUE(store->Write({&c}).ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  std::filesystem::remove(dir.path() + "/CURRENT");
+  const std::vector<std::string> before = Listing(dir.path());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto refused = Store::Open(dir.path());
+    ASSERT_FALSE(refused.ok()) << "attempt " << attempt;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("no CURRENT file"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  }
+  EXPECT_EQ(Listing(dir.path()), before);
+}
+
+TEST(StoreTest, ADamagedRecordInTheMiddleOfTheWalIsRefusedNotRolledBack) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    for (int i = 1; i <= 50; ++i) {
+      Change c;
+      c.config_generation = static_cast<uint64_t>(i);
+      c.pins.push_back(PinRecord{"ch" + std::to_string(i), "b"});
+      ASSERT_TRUE(store->Write({&c}).ok());
+    }
+    ASSERT_TRUE(store->Close().ok());
+  }
+  std::string wal;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".log" && entry.file_size() > 0) wal = entry.path().string();
+  }
+  ASSERT_FALSE(wal.empty()) << "the writes should still be in the WAL";
+  {
+    std::fstream f(wal, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(wal) / 2));
+    f.write("garbage!", 8);
+  }
+  const std::vector<std::string> before = Listing(dir.path());
+  auto refused = Store::Open(dir.path());
+  ASSERT_FALSE(refused.ok()) << "a damaged WAL must not open as an older state";
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("corrupt"));
+  EXPECT_EQ(Listing(dir.path()), before);
+}
+
+}  // namespace
+}  // namespace failover::storage

@@ -1,6 +1,7 @@
 // failoverd: parses the flags, starts the daemon (server/daemon.h) and waits
 // for signals: SIGHUP reloads, SIGTERM and SIGINT stop it.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <string>
 
@@ -27,6 +28,24 @@ void RouteProtobufLogs() {
   });
 }
 
+// Every connection and watcher holds a descriptor, and gRPC's listener stops
+// accepting for good after one accept fails for lack of them: take the most
+// the system allows, and say what that is.
+void RaiseDescriptorLimit(const failover::Flags& flags) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  log::Info("descriptor limit", {{"nofile", std::to_string(limit.rlim_cur)}});
+  if (limit.rlim_cur < 2 * flags.max_watchers + 256) {
+    log::Warn(absl::StrCat("the descriptor limit (", limit.rlim_cur, ") is low for --max-watchers ",
+                           flags.max_watchers, ": raise it (ulimit -n) or lower --max-watchers"));
+  }
+}
+
 sigset_t HandledSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -50,6 +69,7 @@ int main(int argc, char** argv) {
   // lock graph (deadlock detection); it showed in the profile of every call.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   failover::api::KeepLargeAllocationsSeparate();
+  RaiseDescriptorLimit(flags);
 
   // Block the shutdown and reload signals in every thread; they are waited for below.
   const sigset_t signals = HandledSignals();

@@ -174,5 +174,19 @@ TEST_F(ReliabilityTest, ALongMultiByteErrorMessageKeepsEveryViewReadableAndTheNe
   EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_DOWN);
 }
 
+// gRPC's listener stops accepting for good after one accept fails for lack of
+// descriptors: failoverd takes the most the system allows at start.
+TEST(DescriptorLimitTest, TheSoftLimitIsRaisedToTheHardOneAndLogged) {
+  const std::string prlimit = "/usr/bin/prlimit";
+  if (!std::filesystem::exists(prlimit)) GTEST_SKIP() << "needs " << prlimit << " (util-linux)";
+  TempDir data;
+  ChildProcess proc({prlimit, "--nofile=64:4096", FailoverdBinary(), "--data-dir", data.path(), "--listen",
+                     "127.0.0.1:0", "--metrics-listen", ""});
+  EXPECT_TRUE(Eventually([&] { return proc.Stderr().find("failoverd serving") != std::string::npos; }))
+      << proc.Stderr();
+  EXPECT_THAT(proc.Stderr(), HasSubstr("descriptor limit nofile=4096"));
+  EXPECT_THAT(proc.Stderr(), HasSubstr("is low for --max-watchers 10000"));
+}
+
 }  // namespace
 }  // namespace failover::testing

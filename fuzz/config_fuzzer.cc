@@ -1,9 +1,11 @@
 // libFuzzer target: any bytes as a YAML config file, loaded and applied the
-// way failoverd applies its --config, then every chain picked once.
+// way failoverd applies its --config, then every chain picked once. A config
+// that is accepted holds only UTF-8 strings (failoverd sends them all).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/utf8.h"
 #include "server/config/config_file.h"
 #include "server/engine/engine.h"
 
@@ -11,6 +13,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   auto loaded = failover::config::ParseConfigText(text, "fuzz.yaml");
   if (!loaded.ok()) return 0;
+  for (const failover::TargetConfig& t : loaded->change.targets) {
+    if (!failover::IsValidUtf8(t.upstream_model)) __builtin_trap();
+    for (const auto& [k, v] : t.labels) {
+      if (!failover::IsValidUtf8(k) || !failover::IsValidUtf8(v)) __builtin_trap();
+    }
+  }
   failover::Engine engine;
   failover::ApplyOptions options;
   options.from_files = true;

@@ -1,6 +1,8 @@
 // libFuzzer target: any bytes as the request of any RPC. The first byte picks
 // the RPC; the rest is its request as it would arrive on the wire. Beyond not
-// crashing, a refused request must leave the config as it was.
+// crashing, a refused request must leave the config as it was, and whatever
+// it did, everything failoverd then sends (the status of every target and
+// chain, the event log) must still be a valid message: UTF-8 strings.
 #include <cstddef>
 #include <cstdint>
 
@@ -25,5 +27,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t generation = world.engine.generation();
   const absl::Status status = method.run(world, request);
   if (!status.ok() && world.engine.generation() != generation) __builtin_trap();
+  if (!failover::fuzz::EverythingSentIsValid(world)) __builtin_trap();
   return 0;
 }

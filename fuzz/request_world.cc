@@ -41,6 +41,8 @@ Method ParseOnly(std::string name, std::function<google::protobuf::Message*()> m
 
 World::World()
     : decision(Context(this), api::WatchOptions()), admin(Context(this)) {
+  // No disk here: Changes are published as they are made.
+  engine.SetChangeSink([this](Change&& c) { events.Publish(c.events); });
   ConfigChange change;
   for (const char* name : {"a", "b", "c"}) {
     TargetConfig t;
@@ -85,6 +87,23 @@ const std::vector<Method>& Methods() {
       Typed("GetStatus", &World::admin, &AdminService::DoGetStatus),
   };
   return *methods;
+}
+
+bool EverythingSentIsValid(World& world) {
+  auto round_trip = [](const google::protobuf::Message& sent, google::protobuf::Message* received) {
+    grpc::ByteBuffer wire;
+    return api::SerializeMessage(sent, &wire).ok() && api::ParseRequest(wire, received).ok();
+  };
+  v1::StatusResponse status;
+  v1::StatusResponse status_back;
+  if (!world.admin.DoGetStatus(v1::GetStatusRequest(), &status).ok() || !round_trip(status, &status_back)) {
+    return false;
+  }
+  v1::ListEventsRequest list;
+  list.set_limit(1000);
+  v1::ListEventsResponse events;
+  v1::ListEventsResponse events_back;
+  return world.admin.DoListEvents(list, &events).ok() && round_trip(events, &events_back);
 }
 
 }  // namespace failover::fuzz

@@ -36,4 +36,8 @@ struct Method {
 // Every RPC of both services; a fuzz input's first byte picks one.
 const std::vector<Method>& Methods();
 
+// GetStatus and ListEvents, serialized and parsed back as a client would:
+// false if either is not a valid message (a string that is not UTF-8).
+bool EverythingSentIsValid(World& world);
+
 }  // namespace failover::fuzz

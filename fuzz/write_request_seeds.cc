@@ -23,6 +23,13 @@ int main(int argc, char** argv) {
   report.set_target("b");
   report.mutable_failure()->set_http_status(503);
   report.mutable_failure()->set_message("overloaded");
+  // A long upstream error in Japanese, as a caller relays it.
+  v1::ReportOutcomeRequest report_long = report;
+  std::string long_message = "x";
+  for (int i = 0; i < 150; ++i) long_message += "\xe3\x82\xa8";
+  report_long.mutable_failure()->set_message(long_message);
+  report_long.set_target("a");
+  report_long.set_chain("ch");
   v1::ProbeRequest probe;
   probe.set_prober_id("agent");
   probe.set_max_tasks(4);
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
   v1::GetStatusRequest status;
 
   const std::pair<std::string, const google::protobuf::Message*> seeds[] = {
-      {"PickTarget", &pick},       {"ReportOutcome", &report},     {"Probe", &probe},
+      {"PickTarget", &pick},       {"ReportOutcome", &report},     {"ReportOutcome-long-utf8", &report_long},
+      {"Probe", &probe},
       {"WatchEvents", &watch},     {"Apply", &apply},              {"GetTarget", &get_target},
       {"ListTargets", &list_targets}, {"DeleteTarget", &delete_target}, {"GetChain", &get_chain},
       {"ListChains", &list_chains}, {"DeleteChain", &delete_chain}, {"PinChain", &pin},
@@ -80,7 +88,8 @@ int main(int argc, char** argv) {
   const auto& methods = failover::fuzz::Methods();
   for (const auto& [name, message] : seeds) {
     size_t index = 0;
-    while (index < methods.size() && methods[index].name != name) ++index;
+    const std::string method = name.substr(0, name.find('-'));  // "Method-variant" seeds
+    while (index < methods.size() && methods[index].name != method) ++index;
     if (index == methods.size()) {
       std::cerr << "no method " << name << "\n";
       return 1;

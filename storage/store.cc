@@ -113,6 +113,10 @@ namespace {
 
 constexpr char kGenerationKey[] = "generation";
 constexpr char kNextSequenceKey[] = "next_sequence";
+// Sequences up to here may have been streamed: a start continues after it.
+constexpr char kReservedSequenceKey[] = "sequence_reserved";
+// Sequences reserved ahead by one synced write.
+constexpr uint64_t kSequenceBlock = 4096;
 // Config keys: a kind prefix, then the object name.
 constexpr char kTargetPrefix[] = "t/";
 constexpr char kChainPrefix[] = "c/";
@@ -164,6 +168,20 @@ absl::Status Store::CheckSchema() {
     }
     next_sequence_.store(n);
   }
+  // State changes are written without a sync, so a machine crash can lose the
+  // last ones after watchers saw them; their numbers were reserved with a sync
+  // and are not handed out again (the stream has a gap instead).
+  std::string reserved;
+  s = db_->Get(rocksdb::ReadOptions(), meta, kReservedSequenceKey, &reserved);
+  if (!s.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(s, data_dir_));
+    uint64_t n = 0;
+    if (!DecodeUint64(reserved, &n)) {
+      return absl::DataLossError(absl::StrCat("data dir ", data_dir_, ": unreadable reserved event sequence"));
+    }
+    reserved_sequence_ = n;
+    if (n > next_sequence_.load()) next_sequence_.store(n);
+  }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
   it->SeekToFirst();
   uint64_t oldest = 0;
@@ -174,6 +192,12 @@ absl::Status Store::CheckSchema() {
 absl::Status Store::Close() {
   std::unique_lock<std::shared_mutex> lock(mu_);
   if (db_ == nullptr) return absl::OkStatus();
+  // A clean stop releases the reserve: the next start continues without a gap.
+  rocksdb::WriteBatch release;
+  release.Put(handle(Family::kMeta), kReservedSequenceKey, EncodeUint64(next_sequence_.load()));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  if (CheckFreeSpace(0).ok()) (void)db_->Write(sync, &release);
   for (auto*& h : handles_) {
     if (h != nullptr) db_->DestroyColumnFamilyHandle(h);
     h = nullptr;
@@ -279,9 +303,17 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
     batch.DeleteRange(handle(Family::kEvents), EncodeUint64(oldest), EncodeUint64(keep_from));
     oldest = keep_from;
   }
+  // Admin changes are synced: they are few, and an operator was told they
+  // took. State changes (trips, recoveries, switches) only go to the WAL: that
+  // survives a crash of the process; a machine crash can lose the last ones,
+  // and failoverd then judges those targets afresh.
+  bool admin = false;
+  for (const Change* c : changes) admin = admin || c->config_generation != 0 || !c->pins.empty() || !c->manual.empty();
+  const bool reserve = next > reserved_sequence_;
+  if (reserve) batch.Put(handle(Family::kMeta), kReservedSequenceKey, EncodeUint64(next + kSequenceBlock));
   RETURN_IF_ERROR(CheckFreeSpace(batch.GetDataSize()));
   rocksdb::WriteOptions sync;
-  sync.sync = true;
+  sync.sync = admin || reserve;
   rocksdb::Status s = db_->Write(sync, &batch);
   if (!s.ok() && s.IsIOError()) {
     // A background error (a flush that failed, say) stops every write until
@@ -293,6 +325,7 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
   }
   next_sequence_.store(next, std::memory_order_release);
   oldest_event_.store(oldest);
+  if (reserve) reserved_sequence_ = next + kSequenceBlock;
   return absl::OkStatus();
 }
 

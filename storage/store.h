@@ -85,9 +85,10 @@ class Store {
   // Flushes and closes the database. Safe to call twice.
   [[nodiscard]] absl::Status Close();
 
-  // Writes `changes` in order in one synced write: each one's config, pins,
-  // manual failovers, state records and numbered events, and the next
-  // sequence. On disk before this returns; nothing is written on an error.
+  // Writes `changes` in order in one write: each one's config, pins, manual
+  // failovers, state records and numbered events, and the next sequence.
+  // Synced when it carries an admin change (or reserves sequences); otherwise
+  // in the WAL, which a process crash does not lose. Nothing is written on an error.
   [[nodiscard]] absl::Status Write(const std::vector<const Change*>& changes);
 
   // Everything needed to restore the engine, with the next event sequence.
@@ -124,6 +125,7 @@ class Store {
   // Shared by every use of the database; Close takes it exclusively.
   mutable std::shared_mutex mu_;
   std::mutex write_mu_;  // one Write or TrimEvents at a time
+  uint64_t reserved_sequence_ = 0;  // guarded by write_mu_ (and set at open)
   rocksdb::DB* db_ = nullptr;
   std::array<rocksdb::ColumnFamilyHandle*, static_cast<int>(Family::kCount)> handles_{};
 };

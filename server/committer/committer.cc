@@ -48,8 +48,8 @@ uint64_t Committer::Submit(Change change) {
 
 absl::Status Committer::Await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return published_ >= ticket || failed_up_to_ >= ticket; });
-  if (published_ >= ticket) return absl::OkStatus();
+  done_.wait(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
+  if (durable_ >= ticket) return absl::OkStatus();
   return failure_;
 }
 
@@ -90,11 +90,16 @@ void Committer::Run() {
     if (written.ok()) {
       if (failing) on_health_(absl::OkStatus());
       failing = false;
+      // The callers may answer now that their Changes are durable; watchers,
+      // metrics and the log get them next, in order, off the callers' path.
+      {
+        std::lock_guard<std::mutex> durable(mu_);
+        durable_ = last;
+      }
+      done_.notify_all();
       for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
       lock.lock();
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-      published_ = last;
-      done_.notify_all();
     } else {
       if (!failing) on_health_(written);
       failing = true;

@@ -1,7 +1,8 @@
 // The committer (DESIGN 2): makes the engine's Changes durable in sequence
-// order, grouping the ones that are ready at once into one synced write, and
-// only then publishes them (watchers, metrics, the log) in the same order.
-// The RPC that caused a Change answers after that (Scope::Await).
+// order, grouping the ones that are ready at once into one write, and only
+// then publishes them (watchers, metrics, the log) in the same order. The RPC
+// that caused a Change answers once it is durable (Scope::Await), without
+// waiting for the fan-out to watchers.
 //
 // A write that fails is retried until the disk takes it: meanwhile every
 // waiting RPC gets the error, the health callback is told (failoverd refuses
@@ -43,8 +44,9 @@ class Committer {
   // Queues a Change. The engine calls it under its writer lock, in sequence
   // order; it only queues. Returns the Change's ticket.
   uint64_t Submit(Change change);
-  // Waits until the Change with `ticket` (and every one before it) is durable
-  // and published: OK; or until its write failed: the error.
+  // Waits until the Change with `ticket` (and every one before it) is
+  // durable: OK; or until its write failed: the error. Watchers get it just
+  // after, in order.
   [[nodiscard]] absl::Status Await(uint64_t ticket);
   // Writes and publishes what is queued (one last try), then ends the thread.
   // Later Submits are dropped and their Await fails.
@@ -81,7 +83,7 @@ class Committer {
   std::condition_variable done_;  // Await waits for tickets
   std::deque<std::pair<uint64_t, Change>> queue_;
   uint64_t next_ticket_ = 1;
-  uint64_t published_ = 0;     // every ticket up to here is durable and published
+  uint64_t durable_ = 0;       // every ticket up to here is durable
   uint64_t failed_up_to_ = 0;  // every ticket up to here was in a write that failed
   absl::Status failure_;       // that write's error
   bool stopping_ = false;

@@ -86,8 +86,13 @@ TEST_F(PersistenceTest, SigkillRightAfterAcknowledgementsLosesNothing) {
   repin.set_chain("one");
   repin.set_target("a");
   ASSERT_TRUE(admin_->PinChain(Ctx().get(), repin, &chain_view).ok());
-  const std::vector<v1::Event> newest = Events();
-  EXPECT_EQ(newest.back().sequence(), last_sequence + 1);
+  // After a crash the numbering continues past the block reserved before it
+  // (events written unsynced may have reached watchers): a gap, never a reuse.
+  std::vector<v1::Event> newest;
+  ASSERT_TRUE(Eventually([&] {
+    newest = Events();
+    return newest.back().sequence() > last_sequence;
+  }));
   EXPECT_EQ(newest.back().chain_switched().reason(), v1::SWITCH_REASON_PIN);
 }
 

@@ -245,7 +245,12 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   v1::Event e;
   ASSERT_TRUE(w.reader->Read(&e));
   TripA();
-  const std::string text = HttpGet(port, "/metrics");
+  // Metrics follow once the trip is on disk, a moment after the report is answered.
+  std::string text;
+  ASSERT_TRUE(Eventually([&] {
+    text = HttpGet(port, "/metrics");
+    return text.find("failover_switches_total{chain=\"one\"") != std::string::npos;
+  }));
   EXPECT_THAT(text, HasSubstr("failover_switches_total{chain=\"one\",from=\"a\",reason=\"trip\",to=\"b\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_target_up{target=\"a\"} 0"));
   EXPECT_THAT(text, HasSubstr("failover_target_state{state=\"down\",target=\"a\"} 1"));

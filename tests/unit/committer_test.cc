@@ -1,6 +1,6 @@
 // The committer between the engine and the data dir (DESIGN 2): Changes are
 // written in order, grouped when several are ready, and published only once
-// written; a write the data dir refuses fails the calls that caused it,
+// written (their callers may answer as soon as they are durable); a write the data dir refuses fails the calls that caused it,
 // publishes nothing, and is retried until the disk takes it. Runs on a real
 // RocksDB store in a temp dir, with the real engine and decision service.
 #include "server/committer/committer.h"
@@ -69,6 +69,7 @@ TEST(CommitterTest, PublishesInOrderOnlyAfterTheWriteAndGroupsWhatIsReady) {
   cv.notify_all();
   ASSERT_TRUE(committer.Await(last).ok());
   ASSERT_TRUE(committer.Await(first).ok());
+  committer.Stop();  // publication follows durability: let it finish
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(published, (std::vector<uint64_t>{1, 2, 4, 5}));
   ASSERT_FALSE(batch_sizes.empty());

@@ -84,6 +84,7 @@ struct TargetRuntime {
   std::string lease_id;
   absl::Time lease_expires = absl::InfinitePast();
   uint64_t lease_generation = 0;
+  uint64_t lease_prober = 0;  // hash of the prober id that took the lease
   TargetHealth health;
   std::string manual_reason;
   absl::Time manual_since = absl::InfinitePast();
@@ -430,8 +431,8 @@ class Engine {
   // Applies one result. With `events` null it makes no transition: it returns
   // false, having done nothing, for a result that would make one, to be
   // applied again under the writer.
-  bool ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now, ProbeResponse* response,
-                        Events* events);
+  bool ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, uint64_t prober, absl::Time now,
+                        ProbeResponse* response, Events* events);
   // A target without health checks whose dwell has passed.
   bool ComesBackNow(const TargetEntry& t, absl::Time now) const;
   // Brings back targets without health checks whose dwell passed (writer held).

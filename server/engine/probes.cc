@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -34,7 +35,7 @@ absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
   }
 }
 
-bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, absl::Time now,
+bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, uint64_t prober, absl::Time now,
                               ProbeResponse* response, Events* events) {
   // Lease ids are "<random>:<target>", so a result finds its target without a global map.
   const size_t colon = result.lease_id.find(':');
@@ -49,8 +50,10 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, a
   {
     TargetRuntime& rt = *t->rt;
     std::lock_guard<std::mutex> lock(rt.mu);
-    // Unknown, expired or superseded lease, or the target's config changed since: stale.
-    if (rt.lease_id != result.lease_id || rt.lease_expires < now || rt.lease_generation != t->config_generation) {
+    // Unknown, expired or superseded lease, another prober's, or the target's
+    // config changed since: ignored.
+    if (rt.lease_id != result.lease_id || rt.lease_expires < now || rt.lease_generation != t->config_generation ||
+        rt.lease_prober != prober) {
       ++response->ignored;
       return true;
     }
@@ -99,14 +102,15 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, a
 
 absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeResponse* response, Events* events) {
   std::shared_ptr<const Snapshot> snap = Load();
+  const uint64_t prober = absl::HashOf(req.prober_id);
   std::vector<const ProbeResult*> transitions;
   for (const ProbeResult& r : req.results) {
-    if (!ApplyProbeResult(*snap, r, now, response, nullptr)) transitions.push_back(&r);
+    if (!ApplyProbeResult(*snap, r, prober, now, response, nullptr)) transitions.push_back(&r);
   }
   if (!transitions.empty()) {
     ChangeWriter w(*this);
     snap = Load();  // a config change may have come first
-    for (const ProbeResult* r : transitions) ApplyProbeResult(*snap, *r, now, response, w.events());
+    for (const ProbeResult* r : transitions) ApplyProbeResult(*snap, *r, prober, now, response, w.events());
     w.Finish(events);
   }
   const uint32_t max_tasks = req.max_tasks == 0 ? 16 : req.max_tasks;
@@ -130,6 +134,7 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
     rt.lease_expires = now + task.timeout + options_.lease_grace;
     rt.lease_recovery = task.kind == ProbeKind::kRecovery;
     rt.lease_generation = t.config_generation;
+    rt.lease_prober = prober;
     rt.probe_now = false;
     response->tasks.push_back(std::move(task));
   }

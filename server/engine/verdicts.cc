@@ -30,7 +30,9 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     return absl::InvalidArgumentError(absl::StrCat("decision_id: \"", absl::CHexEscape(req.decision_id.substr(0, 64)),
                                                    "\" is not a decision id that PickTarget returned"));
   }
-  bool known = parsed && id.epoch == epoch_ && now - id.time < options_.decision_ttl;
+  // Ids carry the time they were made on this process's monotonic clock: one
+  // from the future was not made here.
+  bool known = parsed && id.epoch == epoch_ && id.time <= now && now - id.time < options_.decision_ttl;
   const ChainEntry* chain = known ? snap->FindChain(id.chain) : nullptr;
   if (chain == nullptr) known = false;
   if (chain == nullptr && !req.chain.empty()) {

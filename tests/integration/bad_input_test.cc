@@ -102,6 +102,26 @@ TEST_F(BadInputTest, AMessagePastTheSizeLimitIsRefusedWhole) {
   ExpectUnchanged();
 }
 
+// An error that quotes 50 KB of the caller's input reaches it as that error
+// (quoted in part), not as RESOURCE_EXHAUSTED on gRPC's metadata.
+TEST_F(BadInputTest, WhatAnErrorQuotesOfTheInputIsBounded) {
+  v1::ApplyRequest config;
+  AddTarget(&config, "a");
+  AddTarget(&config, "b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  ASSERT_TRUE(Apply(config).ok());
+  v1::PickTargetRequest pick;
+  pick.set_chain("ch");
+  pick.add_exclude_targets(std::string(50 * 1024, 'x'));  // under this fixture's 64 KiB request limit
+  v1::PickTargetResponse resp;
+  const grpc::Status s = decide_->PickTarget(Ctx().get(), pick, &resp);
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "exclude_targets[0]: \"xxxx");
+  EXPECT_LE(s.error_message().size(), 2048u);
+}
+
 TEST_F(BadInputTest, EveryCallerControlledBoundNamesItself) {
   v1::ApplyRequest long_name;
   AddTarget(&long_name, std::string(129, 'n'));

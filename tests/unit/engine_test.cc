@@ -570,6 +570,19 @@ TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {
   EXPECT_EQ(r.retry_delay, absl::Seconds(7));
 }
 
+// An id stamped in the future was not made by this process (its clock never
+// runs backwards): the report counts, but nothing of a plan is assumed.
+TEST_F(EngineTest, ADecisionIdFromTheFutureIsNotTakenAsKnown) {
+  TwoTargetChain();
+  Plan plan = Pick("assistant-llm");
+  now_ -= absl::Minutes(1);
+  ReportResult r = Report(plan.decision_id, "argus-llm", Success());
+  EXPECT_FALSE(r.decision_known);
+  now_ += absl::Minutes(2);
+  plan = Pick("assistant-llm");
+  EXPECT_TRUE(Report(plan.decision_id, "argus-llm", Success()).decision_known);
+}
+
 TEST_F(EngineTest, AReportWithADecisionIdFailoverdNeverIssuedIsRefusedAndCountsNothing) {
   TwoTargetChain();
   ReportRequest req;

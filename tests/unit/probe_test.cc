@@ -45,9 +45,10 @@ class ProbeTest : public ::testing::Test {
     ASSERT_TRUE(engine_.Apply(c, ApplyOptions{}, now_).ok());
   }
 
-  ProbeResponse Call(std::vector<ProbeResult> results = {}, uint32_t max_tasks = 16) {
+  ProbeResponse Call(std::vector<ProbeResult> results = {}, uint32_t max_tasks = 16,
+                     const std::string& prober = "p") {
     ProbeRequest req;
-    req.prober_id = "p";
+    req.prober_id = prober;
     req.max_tasks = max_tasks;
     req.results = std::move(results);
     ProbeResponse resp;
@@ -101,6 +102,18 @@ TEST_F(ProbeTest, OneLeasePerTargetAcrossProbersUntilItExpires) {
   ProbeResponse late = Call({Result(first, ProbeOutcome::kFail, 500)});
   EXPECT_EQ(late.ignored, 1u);
   EXPECT_NE(Health("remote"), HealthState::kDown);
+}
+
+// A lease id is unguessable and answers only for the prober that took it.
+TEST_F(ProbeTest, AnotherProbersResultForALeaseIsIgnored) {
+  ProbeTask task = TaskFor("remote");
+  EXPECT_THAT(task.lease_id, ::testing::Not(::testing::StartsWith("1:")));
+  ProbeResponse foreign = Call({Result(task, ProbeOutcome::kFail, 500)}, 16, "someone-else");
+  EXPECT_EQ(foreign.ignored, 1u);
+  EXPECT_NE(Health("remote"), HealthState::kDown);
+  ProbeResponse own = Call({Result(task, ProbeOutcome::kFail, 500)});
+  EXPECT_EQ(own.accepted, 1u);
+  EXPECT_EQ(Health("remote"), HealthState::kDown);
 }
 
 TEST_F(ProbeTest, UnknownLeasesAndStaleGenerationsAreIgnored) {

@@ -263,7 +263,7 @@ absl::StatusOr<ConfigChange> ConfigChangeFromProto(const v1::ApplyRequest& req) 
 void TargetToProto(const TargetConfig& t, v1::Target* out) {
   out->set_name(t.name);
   out->set_kind(t.kind == TargetKind::kLocal ? v1::TARGET_KIND_LOCAL : v1::TARGET_KIND_REMOTE);
-  out->set_upstream_model(t.UpstreamModel());
+  out->set_upstream_model(t.upstream_model);  // as declared: empty means the target name
   out->set_warm(t.warm);
   out->set_weight(t.weight);
   out->set_cost(t.cost);

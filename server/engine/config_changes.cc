@@ -24,10 +24,16 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   for (const ChainEntry& c : cur->chains) chains[c.config.name] = c.config;
 
   ApplyResult result;
-  auto check_owner = [&](const std::string& path, const char* what, const std::string& name,
-                         const std::string& owner) -> absl::Status {
-    if (!options.from_files && !owner.empty()) return ManagedElsewhere(path, what, name, owner);
-    return absl::OkStatus();
+  // Over the API, an object a config file declares can only be restated as the
+  // file has it (an apply of the same files is no change); anything else must
+  // be changed in the file.
+  auto check_owner = [&](const std::string& path, const char* what, auto* requested, const auto& current) {
+    if (options.from_files || current.managed_by.empty()) return absl::OkStatus();
+    requested->managed_by = current.managed_by;
+    const std::vector<std::string> differ = ChangedFields(current, *requested);
+    if (differ.empty()) return absl::OkStatus();
+    return ManagedElsewhere(absl::StrCat(path, " (", absl::StrJoin(differ, ", "), ")"), what, requested->name,
+                            current.managed_by);
   };
   std::set<std::string> request_names;
   for (size_t i = 0; i < change.targets.size(); ++i) {
@@ -48,7 +54,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}};
     auto it = targets.find(t.name);
     if (it != targets.end()) {
-      RETURN_IF_ERROR(check_owner(path, "target", t.name, it->second.managed_by));
+      RETURN_IF_ERROR(check_owner(path, "target", &t, it->second));
       d.changed_fields = ChangedFields(it->second, t);
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }
@@ -76,7 +82,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}};
     auto it = chains.find(c.name);
     if (it != chains.end()) {
-      RETURN_IF_ERROR(check_owner(path, "chain", c.name, it->second.managed_by));
+      RETURN_IF_ERROR(check_owner(path, "chain", &c, it->second));
       d.changed_fields = ChangedFields(it->second, c);
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }

@@ -162,6 +162,12 @@ TEST_F(PersistenceTest, ARestartWithTheSameConfigFilesChangesNothing) {
   std::vector<v1::Event> after = Events();
   EXPECT_EQ(after.size(), events);
   for (const auto& e : after) EXPECT_FALSE(e.has_config_changed() && e.config_changed().generation() > generation);
+  // And an operator's dry run of the same files shows nothing to change.
+  CommandResult dry = RunCommand(
+      {FailoverctlBinary(), "--server", proc_->address(), "apply", "-f", config_dir.path(), "--dry-run"});
+  EXPECT_EQ(dry.exit_code, 0) << dry.err;
+  EXPECT_THAT(dry.out, ::testing::Not(HasSubstr("updated")));
+  EXPECT_THAT(dry.out, HasSubstr("unchanged"));
 }
 
 TEST_F(PersistenceTest, SighupAndAConfigMapSymlinkSwapBothReload) {

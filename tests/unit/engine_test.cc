@@ -889,6 +889,17 @@ TEST_F(ValidationTest, ObjectsFromAConfigFileCannotBeChangedOverTheApi) {
   edit.weight = 9;
   ExpectRejected({{edit}, {}}, "targets[0]", "/etc/failoverd/chains.yaml", absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(engine_.DeleteChain("fc", now_).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Restating them as the file has them (`failoverctl apply --dry-run` of the
+  // same file) is no change, and no error.
+  ConfigChange same{{Target("f1"), Target("f2")}, {Chain("fc", {"f1", "f2"})}};
+  for (bool dry_run : {true, false}) {
+    ApplyOptions api;
+    api.dry_run = dry_run;
+    auto restated = engine_.Apply(same, api, now_);
+    ASSERT_TRUE(restated.ok()) << restated.status();
+    for (const ConfigDiff& d : restated->changes) EXPECT_EQ(d.change, ConfigChangeKind::kUnchanged) << d.name;
+    EXPECT_EQ(engine_.GetTarget("f1")->config.managed_by, "/etc/failoverd/chains.yaml");
+  }
 }
 
 TEST_F(ValidationTest, AChainCannotDropItsPinnedTarget) {

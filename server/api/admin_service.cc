@@ -242,6 +242,8 @@ absl::Status AdminService::DoSetTargetEnabled(const SetTargetEnabledRequest& req
 }
 
 absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEventsResponse* resp) {
+  // The events of a call that was just answered are listed too.
+  if (ctx_.committer != nullptr) ctx_.committer->AwaitPublished(absl::Seconds(2));
   constexpr uint32_t kDefaultLimit = 20;
   constexpr uint32_t kMaxLimit = 1000;
   if (req.limit() > kMaxLimit) {

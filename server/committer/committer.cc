@@ -53,6 +53,13 @@ absl::Status Committer::Await(uint64_t ticket) {
   return failure_;
 }
 
+void Committer::AwaitPublished(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = next_ticket_ - 1;
+  done_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                 [&] { return published_ >= target || failed_up_to_ >= target; });
+}
+
 void Committer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -100,6 +107,8 @@ void Committer::Run() {
       for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
       lock.lock();
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+      published_ = last;
+      done_.notify_all();
     } else {
       if (!failing) on_health_(written);
       failing = true;

@@ -48,6 +48,10 @@ class Committer {
   // durable: OK; or until its write failed: the error. Watchers get it just
   // after, in order.
   [[nodiscard]] absl::Status Await(uint64_t ticket);
+  // Waits (up to `timeout`) until every Change submitted so far is published
+  // or failed, so a read of the event log that follows an answered call sees
+  // that call's events.
+  void AwaitPublished(absl::Duration timeout);
   // Writes and publishes what is queued (one last try), then ends the thread.
   // Later Submits are dropped and their Await fails.
   void Stop();
@@ -84,6 +88,7 @@ class Committer {
   std::deque<std::pair<uint64_t, Change>> queue_;
   uint64_t next_ticket_ = 1;
   uint64_t durable_ = 0;       // every ticket up to here is durable
+  uint64_t published_ = 0;     // and up to here also published
   uint64_t failed_up_to_ = 0;  // every ticket up to here was in a write that failed
   absl::Status failure_;       // that write's error
   bool stopping_ = false;

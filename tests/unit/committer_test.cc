@@ -128,8 +128,12 @@ class RefusedWriteTest : public ::testing::Test {
     chain.targets = {"a", "b"};
     change.chains = {chain};
     Committer::Scope scope(committer_.get());
-    EXPECT_TRUE(engine_.Apply(change, ApplyOptions(), clock_.Now()).ok());
+    auto applied = engine_.Apply(change, ApplyOptions(), clock_.Now());
+    EXPECT_TRUE(applied.ok());
     EXPECT_TRUE(scope.Await().ok());
+    // Watchers get a Change just after its caller is answered: let the config's arrive first.
+    const uint64_t config_last = applied->events.back().sequence;
+    EXPECT_TRUE(testing::Eventually([&] { return events_.last_sequence() == config_last; }));
     events_.Subscribe(&watcher_, 10);
   }
   ~RefusedWriteTest() override {

@@ -152,5 +152,23 @@ TEST_F(HotPathTest, PicksAndQuietReportsOnOtherChainsCarryOnWhileATripIsBeingWri
   EXPECT_EQ(Pick("tripping").attempts(0).target(), "b");
 }
 
+// An admin change is one write, and while it is being written the chain it
+// pins keeps answering picks: no lock is held across the disk.
+TEST_F(HotPathTest, APinIsOneWriteAndPicksOnItsChainCarryOnWhileItIsWritten) {
+  Report("other", "c", 0);
+  const int before = sink_.writes();
+  sink_.Hold();
+  std::thread pinner([&] {
+    Committer::Scope changes(&committer_);
+    EXPECT_TRUE(engine_.Pin("tripping", "b", clock_.Now()).ok());
+    EXPECT_TRUE(changes.Await().ok());
+  });
+  ASSERT_TRUE(sink_.WaitUntilWriting());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(Pick("tripping").attempts_size(), 1);  // pinned, served meanwhile
+  sink_.Release();
+  pinner.join();
+  EXPECT_EQ(sink_.writes(), before + 1);
+}
+
 }  // namespace
 }  // namespace failover::api

@@ -314,18 +314,22 @@ std::vector<Document> SplitDocuments(const std::string& text) {
 // stand for millions of nodes; a config has at most a few hundred thousand.
 constexpr size_t kMaxNodes = 2'000'000;
 
+// Deepest nesting a document may have: a config nests a few levels; an alias
+// that refers to itself would nest forever.
+constexpr int kMaxDepth = 64;
+
 // Walks `node` as the parser will, aliases expanded, spending `budget`; false
-// once it runs out.
-bool WithinBudget(const YAML::Node& node, size_t* budget) {
-  if (*budget == 0) return false;
+// once it runs out or the nesting passes kMaxDepth.
+bool WithinBudget(const YAML::Node& node, size_t* budget, int depth = 0) {
+  if (*budget == 0 || depth > kMaxDepth) return false;
   --*budget;
   if (node.IsMap()) {
     for (const auto& kv : node) {
-      if (!WithinBudget(kv.first, budget) || !WithinBudget(kv.second, budget)) return false;
+      if (!WithinBudget(kv.first, budget, depth + 1) || !WithinBudget(kv.second, budget, depth + 1)) return false;
     }
   } else if (node.IsSequence()) {
     for (const auto& item : node) {
-      if (!WithinBudget(item, budget)) return false;
+      if (!WithinBudget(item, budget, depth + 1)) return false;
     }
   }
   return true;
@@ -369,7 +373,8 @@ absl::Status ParseInto(const std::string& text, const std::string& file, LoadedC
     size_t budget = kMaxNodes;
     if (!WithinBudget(doc, &budget)) {
       return absl::InvalidArgumentError(absl::StrCat(file, ":", part.first_line + 1, ": the document expands to more than ",
-                                                     kMaxNodes, " YAML nodes (aliases?); refusing it"));
+                                                     kMaxNodes, " YAML nodes or nests deeper than ", kMaxDepth,
+                                                     " levels (aliases?); refusing it"));
     }
     declares = declares || (doc.IsMap() && (doc["targets"] || doc["chains"]));
     try {

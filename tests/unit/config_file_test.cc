@@ -156,6 +156,10 @@ TEST(ConfigFileTest, AnAliasBombIsRefusedWithoutExpandingIt) {
   auto refused = ParseConfigText(text, "bomb.yaml");
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("bomb.yaml:1: the document expands to more than"));
+  // An alias that refers to itself (found by the fuzzer: it overflowed the stack).
+  auto cycle = ParseConfigText("a1: &a1 [x, *a1]\ntargets: [{name: a}]\n", "cycle.yaml");
+  ASSERT_FALSE(cycle.ok());
+  EXPECT_THAT(std::string(cycle.status().message()), HasSubstr("nests deeper than 64 levels"));
 }
 
 }  // namespace

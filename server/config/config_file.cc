@@ -48,6 +48,7 @@ std::string Show(const YAML::Node& node) {
 // A map key: YAML allows a list or a map as a key (`? - a`); a config never does.
 absl::StatusOr<std::string> Key(const Where& w, const YAML::Node& key) {
   if (!key.IsScalar()) return Error(At(w, key, "(key)"), absl::StrCat("keys must be plain words, got ", Show(key)));
+  if (!IsValidUtf8(key.Scalar())) return Error(At(w, key, "(key)"), "is not valid UTF-8");
   return key.Scalar();
 }
 
@@ -64,6 +65,9 @@ absl::Status CheckKeys(const Where& w, const YAML::Node& map, std::initializer_l
 
 absl::StatusOr<std::string> String(const Where& w, const YAML::Node& n) {
   if (!n.IsScalar()) return Error(w, absl::StrCat("must be a string, got ", Show(n)));
+  // A UTF-8 file can still spell a string that is not UTF-8 with an escape
+  // ("\uD800" is half a surrogate pair).
+  if (!IsValidUtf8(n.Scalar())) return Error(w, "is not valid UTF-8 (an escape that is not a character?)");
   return n.Scalar();
 }
 

@@ -130,6 +130,9 @@ TEST(ConfigFileTest, AByteThatIsNotUtf8IsRefusedWithItsLineAndColumn) {
   auto refused = ParseConfigText("targets:\n  - name: a\n    labels: {region: caf\xe9}\n", "f.yaml");
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("f.yaml:3: column 25: not valid UTF-8"));
+  // An escape must not spell what is not UTF-8 either (the config fuzzer's
+  // finding is replayed from fuzz/corpus/config/crash-escape-not-utf8).
+  EXPECT_FALSE(ParseConfigText("targets:\n  - name: a\n    labels: {region: \"\\uD800\"}\n", "f.yaml").ok());
   // The same text in UTF-8 is fine.
   EXPECT_TRUE(ParseConfigText("targets:\n  - name: a\n    labels: {region: caf\xc3\xa9}\n", "f.yaml").ok());
 }

@@ -89,6 +89,7 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
     t->rt->manual = true;
     t->rt->manual_reason = why;
     t->rt->manual_since = now;
+    t->rt->VoidLease();
     PublishLocked(*t, before, Source::kManual, why, now, w.events());
   }
   w.change().manual.push_back(ManualFailoverRecord{std::string(name), true, why, now});
@@ -113,6 +114,7 @@ absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl
     const HealthState before = t->rt->Effective();
     t->rt->manual = false;
     t->rt->manual_reason.clear();
+    t->rt->VoidLease();
     PublishLocked(*t, before, Source::kManual, "manual failover cancelled", now, w.events());
   }
   w.change().manual.push_back(ManualFailoverRecord{std::string(name), false, "", now});

@@ -195,6 +195,9 @@ void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* eve
   }
   for (const TargetEntry& t : next->targets) {
     std::lock_guard<std::mutex> lock(t.rt->mu);
+    // A check asked for under the old config (enabled, kind, ...) no longer
+    // fits: its result will be ignored, and a new one may be handed out now.
+    if (t.config_generation == next->generation) t.rt->VoidLease();
     const HealthState before = t.rt->Effective();
     PublishLocked(t, before, Source::kConfig, t.config.enabled ? "enabled" : "disabled", now, events);
   }

@@ -94,6 +94,9 @@ struct TargetRuntime {
   absl::Time last_probe = absl::InfinitePast();
 
   HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
+  // After an admin change: the outstanding lease's result would be judged
+  // against a state it was not asked under (DESIGN 3.6).
+  void VoidLease() { lease_id.clear(); }
 };
 
 struct ChainRuntime {

@@ -85,7 +85,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
         const std::string summary = FailoverRules::Summarize(result.facts);
         rt.last_error = absl::StrCat("probe: ", summary);
         rt.last_error_time = now;
-        if (may_transition) changed = rt.health.OnFailure(*t->health, now, summary, t->seed, &tr);
+        if (may_transition) changed = rt.health.OnFailedCheck(*t->health, now, summary, t->seed, &tr);
         break;
       }
     }

@@ -59,8 +59,25 @@ void TargetHealth::Set(HealthState to, absl::Time now, std::string reason, Healt
 
 bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary,
                              uint64_t seed, HealthTransition* out) {
-  // n restarts once the target went reset_after without a failure.
-  if (now - last_failure_ >= s.backoff_reset_after) trips_ = 0;
+  return Fail(s, now, summary, seed, /*check=*/false, out);
+}
+
+bool TargetHealth::OnFailedCheck(const HealthSettings& s, absl::Time now, const std::string& summary,
+                                 uint64_t seed, HealthTransition* out) {
+  return Fail(s, now, summary, seed, /*check=*/true, out);
+}
+
+bool TargetHealth::Fail(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
+                        bool check, HealthTransition* out) {
+  if (state_ == HealthState::kDown && !check) {
+    // Recorded by the caller (last error, metrics); still a failure for
+    // reset_after, but no trip and no later health check.
+    last_failure_ = now;
+    return false;
+  }
+  // n restarts once the target went reset_after without a failure while it
+  // could be used; a long cooldown is not a quiet period.
+  if (state_ != HealthState::kDown && now - last_failure_ >= s.backoff_reset_after) trips_ = 0;
   last_failure_ = now;
   recovery_passes_ = 0;
   auto go_down = [&](std::string reason) {
@@ -72,7 +89,7 @@ bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std:
   };
   switch (state_) {
     case HealthState::kDown:
-      // Still down: a failed probe restarts the cooldown (with growth).
+      // Still down after its cooldown: the next one is a step longer.
       ++trips_;
       probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
       return false;

@@ -94,9 +94,17 @@ class TargetHealth {
   absl::Time probe_due() const { return probe_due_; }
   size_t failures_in_window() const { return failures_.size(); }
 
-  // A counted failure. Returns true and fills `out` when the state changed.
+  // A counted failure reported by a caller. Returns true and fills `out` when
+  // the state changed. On a target that is already DOWN it changes nothing:
+  // callers that keep trying a DOWN target (DEGRADED) neither add a trip nor
+  // push its health check out (DESIGN 3.6).
   bool OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
                  HealthTransition* out);
+  // A failed health check. Like OnFailure, except that on a DOWN target it is
+  // the next trip: the check was asked for when the cooldown ended, so the
+  // cooldown starts again, one backoff step longer.
+  bool OnFailedCheck(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
+                     HealthTransition* out);
   // A pass. `strong` passes (real successes, recovery probes) count toward
   // recovery; a liveness pass only moves DOWN to RECOVERING.
   bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out);
@@ -120,12 +128,14 @@ class TargetHealth {
 
  private:
   void Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out);
+  bool Fail(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed, bool check,
+            HealthTransition* out);
 
   HealthState state_ = HealthState::kUnknown;
   absl::Time since_ = absl::InfinitePast();
   FailureWindow failures_;  // at most trip_errors
   uint32_t recovery_passes_ = 0;
-  uint32_t trips_ = 0;  // n of the backoff formula
+  uint32_t trips_ = 0;  // n of the backoff formula: trips and failed checks while DOWN
   absl::Time last_failure_ = absl::InfinitePast();
   absl::Time probe_due_ = absl::InfinitePast();
 };

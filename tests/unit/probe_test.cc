@@ -1,4 +1,5 @@
 // Probe scheduling and leases (DESIGN 3.6) on a hand-driven clock.
+#include <functional>
 #include <map>
 
 #include "gmock/gmock.h"
@@ -131,6 +132,47 @@ TEST_F(ProbeTest, UnknownLeasesAndStaleGenerationsAreIgnored) {
   EXPECT_EQ(r.ignored, 1u);
   EXPECT_EQ(r.accepted, 0u);
   EXPECT_NE(Health("remote"), HealthState::kDown);
+}
+
+// DESIGN 3.6: a result answers the state its lease was issued under. After a
+// manual failover is triggered or cancelled, or the target is enabled or
+// disabled, an older lease's result is ignored (and counted), and a check can
+// be handed out again at once.
+TEST_F(ProbeTest, ALeaseIssuedBeforeAnAdminChangeIsIgnoredAndOneIssuedAfterIsUsed) {
+  struct Case {
+    const char* name;
+    std::function<void()> before_lease;  // sets the scene
+    std::function<void()> admin_change;  // happens while the probe runs
+  };
+  auto trigger = [&] { ASSERT_TRUE(engine_.TriggerManualFailover("remote", "maintenance", now_).ok()); };
+  auto cancel = [&] { ASSERT_TRUE(engine_.CancelManualFailover("remote", now_).ok()); };
+  auto enabled = [&](bool on) { ASSERT_TRUE(engine_.SetTargetEnabled("remote", on, now_).ok()); };
+  const std::vector<Case> cases = {
+      {"trigger", [] {}, trigger},
+      {"cancel", trigger, cancel},
+      {"cancel then trigger again", trigger, [&] { cancel(); trigger(); }},
+      {"disable then enable", [] {}, [&] { enabled(false); enabled(true); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    SetUp();  // the same config again: no change, state carries over
+    if (engine_.GetTarget("remote")->status.health == HealthState::kManual) cancel();
+    now_ += absl::Minutes(5);  // whatever lease was out has expired
+    c.before_lease();
+    ProbeTask old_lease = TaskFor("remote");
+    c.admin_change();
+    ProbeResponse stale = Call({Result(old_lease, ProbeOutcome::kFail, 501)});
+    EXPECT_EQ(stale.ignored, 1u);
+    EXPECT_EQ(stale.accepted, 0u);
+    EXPECT_THAT(engine_.GetTarget("remote")->status.last_error, ::testing::Not(::testing::HasSubstr("501")));
+    // A check is offered again at once, and its result counts.
+    auto again = ByTarget(stale);
+    ASSERT_TRUE(again.count("remote"));
+    EXPECT_NE(again["remote"].lease_id, old_lease.lease_id);
+    ProbeResponse fresh = Call({Result(again["remote"], ProbeOutcome::kFail, 502)});
+    EXPECT_EQ(fresh.accepted, 1u);
+    EXPECT_THAT(engine_.GetTarget("remote")->status.last_error, ::testing::HasSubstr("502"));
+  }
 }
 
 TEST_F(ProbeTest, AnUnrelatedConfigChangeDoesNotVoidAProbe) {

@@ -134,7 +134,7 @@ TEST(TargetHealthTest, TripCountGrowsAndResetsAfterAQuietPeriod) {
   ASSERT_TRUE(h.OnFailure(s, kT0, "500", 1, &tr));
   EXPECT_EQ(h.probe_due(), kT0 + absl::Minutes(1));
   // The probe fails: the next cooldown is 5 minutes.
-  h.OnFailure(s, kT0 + absl::Minutes(1), "500", 1, &tr);
+  h.OnFailedCheck(s, kT0 + absl::Minutes(1), "500", 1, &tr);
   EXPECT_EQ(h.trips(), 2u);
   EXPECT_EQ(h.probe_due(), kT0 + absl::Minutes(6));
   // Recover, then stay quiet for reset_after: the next trip starts at 1 minute again.
@@ -146,6 +146,48 @@ TEST(TargetHealthTest, TripCountGrowsAndResetsAfterAQuietPeriod) {
   ASSERT_TRUE(h.OnFailure(s, later, "500", 1, &tr));
   EXPECT_EQ(h.trips(), 1u);
   EXPECT_EQ(h.probe_due(), later + absl::Minutes(1));
+}
+
+// DESIGN 3.6: callers that keep trying a DOWN target (as in DEGRADED) must
+// not keep it from its health check.
+TEST(TargetHealthTest, FailuresOnADownTargetNeitherTripItAgainNorDelayItsHealthCheck) {
+  for (double factor : {1.0, 2.0, 4.0, 5.0}) {
+    SCOPED_TRACE(factor);
+    HealthSettings s = Settings();
+    s.probe_interval = absl::Milliseconds(500);
+    s.backoff_factor = factor;
+    TargetHealth h;
+    HealthTransition tr;
+    ASSERT_TRUE(h.OnFailure(s, kT0, "503", 1, &tr));
+    const absl::Time due = kT0 + absl::Milliseconds(500);
+    ASSERT_EQ(h.probe_due(), due);
+    // A failure every 100 ms for 3 s, well past the cooldown.
+    for (int i = 1; i <= 30; ++i) {
+      EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(100 * i), "503", 1, &tr));
+    }
+    EXPECT_EQ(h.state(), HealthState::kDown);
+    EXPECT_EQ(h.trips(), 1u);
+    EXPECT_EQ(h.probe_due(), due);
+    EXPECT_EQ(h.since(), kT0);
+  }
+}
+
+TEST(TargetHealthTest, FailedHealthChecksLengthenTheCooldownStepByStepEvenPastResetAfter) {
+  HealthSettings s = Settings();
+  s.probe_interval = absl::Seconds(60);
+  s.backoff_factor = 5;
+  s.backoff_steps = 3;
+  s.backoff_reset_after = absl::Minutes(10);  // shorter than the 25 m and 1 h steps
+  TargetHealth h;
+  HealthTransition tr;
+  ASSERT_TRUE(h.OnFailure(s, kT0, "500", 1, &tr));
+  absl::Time now = kT0;
+  for (absl::Duration want : {absl::Minutes(1), absl::Minutes(5), absl::Minutes(25), absl::Hours(1), absl::Hours(1)}) {
+    ASSERT_EQ(h.probe_due(), now + want);
+    now = h.probe_due();
+    EXPECT_FALSE(h.OnFailedCheck(s, now, "connection refused", 1, &tr));
+  }
+  EXPECT_EQ(h.trips(), 6u);  // the trip and five failed checks
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "common/model.h"
 
 #include <tuple>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
 
 namespace failover {
 
@@ -79,10 +82,68 @@ bool Policy::operator==(const Policy& o) const {
   return tie(*this) == tie(o);
 }
 
+HealthPolicy HealthPolicy::Of(const Policy& p) {
+  HealthPolicy h;
+  h.probe_interval = p.probe_interval;
+  h.probe_timeout = p.probe_timeout;
+  h.trip_errors = p.trip_errors;
+  h.trip_window = p.trip_window;
+  h.recovery_probes = p.recovery_probes;
+  h.recovery_min_dwell = p.recovery_min_dwell;
+  h.backoff_factor = p.backoff_factor;
+  h.backoff_steps = p.backoff_steps;
+  h.backoff_max = p.backoff_max;
+  h.backoff_reset_after = p.backoff_reset_after;
+  h.rate_limit_hold = p.rate_limit_hold;
+  return h;
+}
+
+Policy HealthPolicy::AsPolicy() const {
+  Policy p;
+  p.probe_interval = probe_interval;
+  p.probe_timeout = probe_timeout;
+  p.trip_errors = trip_errors;
+  p.trip_window = trip_window;
+  p.recovery_probes = recovery_probes;
+  p.recovery_min_dwell = recovery_min_dwell;
+  p.backoff_factor = backoff_factor;
+  p.backoff_steps = backoff_steps;
+  p.backoff_max = backoff_max;
+  p.backoff_reset_after = backoff_reset_after;
+  p.rate_limit_hold = rate_limit_hold;
+  return p;
+}
+
+std::vector<HealthPolicy::Difference> HealthPolicy::Differences(const HealthPolicy& o) const {
+  std::vector<Difference> out;
+  auto show = [](const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, absl::Duration>) {
+      return absl::FormatDuration(v);
+    } else {
+      return absl::StrCat(v);
+    }
+  };
+  auto compare = [&](const char* field, const auto& mine, const auto& theirs) {
+    if (mine != theirs) out.push_back(Difference{field, show(mine), show(theirs)});
+  };
+  compare("probe.interval", probe_interval, o.probe_interval);
+  compare("probe.timeout", probe_timeout, o.probe_timeout);
+  compare("trip.errors", trip_errors, o.trip_errors);
+  compare("trip.window", trip_window, o.trip_window);
+  compare("recovery.probes", recovery_probes, o.recovery_probes);
+  compare("recovery.min_dwell", recovery_min_dwell, o.recovery_min_dwell);
+  compare("backoff.factor", backoff_factor, o.backoff_factor);
+  compare("backoff.steps", backoff_steps, o.backoff_steps);
+  compare("backoff.max", backoff_max, o.backoff_max);
+  compare("backoff.reset_after", backoff_reset_after, o.backoff_reset_after);
+  compare("rate_limit.hold", rate_limit_hold, o.rate_limit_hold);
+  return out;
+}
+
 bool TargetConfig::operator==(const TargetConfig& o) const {
   auto tie = [](const TargetConfig& t) {
     return std::tie(t.name, t.kind, t.upstream_model, t.warm, t.weight, t.cost, t.timeout, t.max_retries,
-                    t.limit_rpm, t.labels, t.enabled, t.managed_by);
+                    t.limit_rpm, t.labels, t.enabled, t.managed_by, t.health);
   };
   return tie(*this) == tie(o);
 }

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,40 @@ struct Policy {
   bool operator!=(const Policy& o) const { return !(*this == o); }
 };
 
+// A target's health settings (DESIGN 3.1): probe, trip, recovery, backoff and
+// the rate-limit hold. Every chain that lists a target shares its health, so
+// these belong to the target: its own `health`, or else the chains' policies,
+// which must then agree. (rate_limit.on stays with each chain: it shapes that
+// chain's verdicts, not the target's state.)
+struct HealthPolicy {
+  absl::Duration probe_interval = absl::Seconds(15);
+  absl::Duration probe_timeout = absl::Seconds(5);
+  uint32_t trip_errors = 1;
+  absl::Duration trip_window = absl::Seconds(30);
+  uint32_t recovery_probes = 3;
+  absl::Duration recovery_min_dwell = absl::Seconds(60);
+  double backoff_factor = 1.0;
+  uint32_t backoff_steps = 3;
+  absl::Duration backoff_max = absl::Hours(1);
+  absl::Duration backoff_reset_after = absl::Minutes(10);
+  absl::Duration rate_limit_hold = absl::Seconds(10);
+
+  // The health part of a chain's policy.
+  static HealthPolicy Of(const Policy& p);
+  // A policy with these health settings and defaults elsewhere, so a target's
+  // settings are read, checked, stored and sent as a chain's are.
+  Policy AsPolicy() const;
+
+  struct Difference {
+    std::string field;  // as in config: "trip.errors"
+    std::string mine;
+    std::string theirs;
+  };
+  std::vector<Difference> Differences(const HealthPolicy& o) const;
+  bool operator==(const HealthPolicy& o) const { return Differences(o).empty(); }
+  bool operator!=(const HealthPolicy& o) const { return !(*this == o); }
+};
+
 struct TargetConfig {
   std::string name;
   TargetKind kind = TargetKind::kRemote;
@@ -92,6 +127,8 @@ struct TargetConfig {
   std::map<std::string, std::string> labels;
   bool enabled = true;
   std::string managed_by;  // config file path, empty = API
+  // The target's own health settings; unset = its chains' (which must agree).
+  std::optional<HealthPolicy> health;
 
   const std::string& UpstreamModel() const { return upstream_model.empty() ? name : upstream_model; }
   // Local targets that are not warm have no health check (DESIGN 3.2).

@@ -91,6 +91,34 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   }
 }
 
+// A target's health settings are read and written as the health part of a
+// chain policy, so both spell every field alike.
+absl::StatusOr<HealthPolicy> HealthPolicyFromProto(const v1::HealthPolicy& h, absl::string_view path) {
+  if (h.rate_limit().on() != v1::RATE_LIMIT_MODE_UNSPECIFIED) {
+    return Invalid(absl::StrCat(path, ".rate_limit.on"),
+                   "is a chain setting (set it in the chain's policy); a target sets only rate_limit.hold");
+  }
+  v1::Policy p;
+  *p.mutable_probe() = h.probe();
+  *p.mutable_trip() = h.trip();
+  *p.mutable_recovery() = h.recovery();
+  *p.mutable_backoff() = h.backoff();
+  *p.mutable_rate_limit() = h.rate_limit();
+  ASSIGN_OR_RETURN(Policy policy, PolicyFromProto(p, path));
+  return HealthPolicy::Of(policy);
+}
+
+void HealthPolicyToProto(const HealthPolicy& h, v1::HealthPolicy* out) {
+  v1::Policy p;
+  PolicyToProto(h.AsPolicy(), &p);
+  p.mutable_rate_limit()->clear_on();
+  *out->mutable_probe() = p.probe();
+  *out->mutable_trip() = p.trip();
+  *out->mutable_recovery() = p.recovery();
+  *out->mutable_backoff() = p.backoff();
+  *out->mutable_rate_limit() = p.rate_limit();
+}
+
 }  // namespace
 
 v1::TransitionSource SourceToProto(Source s) {
@@ -227,6 +255,9 @@ absl::StatusOr<TargetConfig> TargetFromProto(const v1::Target& t, absl::string_v
   out.labels.insert(t.labels().begin(), t.labels().end());
   out.enabled = !t.has_enabled() || t.enabled();
   out.managed_by = t.managed_by();
+  if (t.has_health()) {
+    ASSIGN_OR_RETURN(out.health, HealthPolicyFromProto(t.health(), absl::StrCat(path, ".health")));
+  }
   return out;
 }
 
@@ -273,6 +304,7 @@ void TargetToProto(const TargetConfig& t, v1::Target* out) {
   out->mutable_labels()->insert(t.labels.begin(), t.labels.end());
   out->set_enabled(t.enabled);
   out->set_managed_by(t.managed_by);
+  if (t.health) HealthPolicyToProto(*t.health, out->mutable_health());
 }
 
 void ChainToProto(const ChainConfig& c, v1::Chain* out) {

@@ -20,50 +20,7 @@ bool EnumFromInt(int32_t v, E last, E* out) {
   return true;
 }
 
-}  // namespace
-
-int64_t TimeToNanos(absl::Time t) { return t == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(t); }
-absl::Time TimeFromNanos(int64_t n) { return n == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(n); }
-
-void EncodeTarget(const TargetConfig& in, TargetRecord* out) {
-  out->set_name(in.name);
-  out->set_kind(EnumToInt(in.kind));
-  out->set_upstream_model(in.upstream_model);  // as declared, never the effective name
-  out->set_warm(in.warm);
-  out->set_weight(in.weight);
-  out->set_cost(in.cost);
-  out->set_timeout_nanos(DurationToNanos(in.timeout));
-  out->set_max_retries(in.max_retries);
-  out->set_limit_rpm(in.limit_rpm);
-  out->mutable_labels()->insert(in.labels.begin(), in.labels.end());
-  out->set_enabled(in.enabled);
-  out->set_managed_by(in.managed_by);
-}
-
-bool DecodeTarget(const TargetRecord& in, TargetConfig* out) {
-  out->name = in.name();
-  if (!EnumFromInt(in.kind(), TargetKind::kLocal, &out->kind)) return false;
-  out->upstream_model = in.upstream_model();
-  out->warm = in.warm();
-  out->weight = in.weight();
-  out->cost = in.cost();
-  out->timeout = DurationFromNanos(in.timeout_nanos());
-  out->max_retries = in.max_retries();
-  out->limit_rpm = in.limit_rpm();
-  out->labels = std::map<std::string, std::string>(in.labels().begin(), in.labels().end());
-  out->enabled = in.enabled();
-  out->managed_by = in.managed_by();
-  return true;
-}
-
-void EncodeChain(const ChainConfig& in, ChainRecord* out) {
-  out->set_name(in.name);
-  for (const std::string& t : in.targets) out->add_targets(t);
-  out->set_strategy(EnumToInt(in.strategy));
-  out->set_failover_enabled(in.failover_enabled);
-  out->set_managed_by(in.managed_by);
-  const Policy& p = in.policy;
-  PolicyRecord* r = out->mutable_policy();
+void EncodePolicy(const Policy& p, PolicyRecord* r) {
   r->set_probe_interval_nanos(DurationToNanos(p.probe_interval));
   r->set_probe_timeout_nanos(DurationToNanos(p.probe_timeout));
   r->set_trip_errors(p.trip_errors);
@@ -83,14 +40,8 @@ void EncodeChain(const ChainConfig& in, ChainRecord* out) {
   for (const auto& [reason, n] : p.same_target_retries) (*r->mutable_same_target_retries())[EnumToInt(reason)] = n;
 }
 
-bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
-  out->name = in.name();
-  out->targets.assign(in.targets().begin(), in.targets().end());
-  if (!EnumFromInt(in.strategy(), Strategy::kLowestCost, &out->strategy)) return false;
-  out->failover_enabled = in.failover_enabled();
-  out->managed_by = in.managed_by();
-  const PolicyRecord& r = in.policy();
-  Policy& p = out->policy;
+bool DecodePolicy(const PolicyRecord& r, Policy* out) {
+  Policy& p = *out;
   p.probe_interval = DurationFromNanos(r.probe_interval_nanos());
   p.probe_timeout = DurationFromNanos(r.probe_timeout_nanos());
   p.trip_errors = r.trip_errors();
@@ -114,6 +65,66 @@ bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
     p.same_target_retries[parsed] = n;
   }
   return true;
+}
+
+}  // namespace
+
+int64_t TimeToNanos(absl::Time t) { return t == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(t); }
+absl::Time TimeFromNanos(int64_t n) { return n == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(n); }
+
+void EncodeTarget(const TargetConfig& in, TargetRecord* out) {
+  out->set_name(in.name);
+  out->set_kind(EnumToInt(in.kind));
+  out->set_upstream_model(in.upstream_model);  // as declared, never the effective name
+  out->set_warm(in.warm);
+  out->set_weight(in.weight);
+  out->set_cost(in.cost);
+  out->set_timeout_nanos(DurationToNanos(in.timeout));
+  out->set_max_retries(in.max_retries);
+  out->set_limit_rpm(in.limit_rpm);
+  out->mutable_labels()->insert(in.labels.begin(), in.labels.end());
+  out->set_enabled(in.enabled);
+  out->set_managed_by(in.managed_by);
+  if (in.health) EncodePolicy(in.health->AsPolicy(), out->mutable_health());
+}
+
+bool DecodeTarget(const TargetRecord& in, TargetConfig* out) {
+  out->name = in.name();
+  if (!EnumFromInt(in.kind(), TargetKind::kLocal, &out->kind)) return false;
+  out->upstream_model = in.upstream_model();
+  out->warm = in.warm();
+  out->weight = in.weight();
+  out->cost = in.cost();
+  out->timeout = DurationFromNanos(in.timeout_nanos());
+  out->max_retries = in.max_retries();
+  out->limit_rpm = in.limit_rpm();
+  out->labels = std::map<std::string, std::string>(in.labels().begin(), in.labels().end());
+  out->enabled = in.enabled();
+  out->managed_by = in.managed_by();
+  if (in.has_health()) {
+    Policy health;
+    if (!DecodePolicy(in.health(), &health)) return false;
+    out->health = HealthPolicy::Of(health);
+  }
+  return true;
+}
+
+void EncodeChain(const ChainConfig& in, ChainRecord* out) {
+  out->set_name(in.name);
+  for (const std::string& t : in.targets) out->add_targets(t);
+  out->set_strategy(EnumToInt(in.strategy));
+  out->set_failover_enabled(in.failover_enabled);
+  out->set_managed_by(in.managed_by);
+  EncodePolicy(in.policy, out->mutable_policy());
+}
+
+bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
+  out->name = in.name();
+  out->targets.assign(in.targets().begin(), in.targets().end());
+  if (!EnumFromInt(in.strategy(), Strategy::kLowestCost, &out->strategy)) return false;
+  out->failover_enabled = in.failover_enabled();
+  out->managed_by = in.managed_by();
+  return DecodePolicy(in.policy(), &out->policy);
 }
 
 void EncodeEvent(const Event& in, EventRecord* out) {

@@ -197,9 +197,22 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   return p;
 }
 
+// A target's own health settings: the health keys of a chain policy, read the
+// same way.
+absl::StatusOr<std::optional<HealthPolicy>> ParseHealthPolicy(const Where& w, const YAML::Node& n) {
+  RETURN_IF_ERROR(CheckKeys(w, n, {"probe", "trip", "recovery", "backoff", "rate_limit"}));
+  const YAML::Node rate_limit = n["rate_limit"];
+  if (rate_limit && rate_limit.IsMap() && rate_limit["on"]) {
+    return Error(At(At(w, rate_limit, "rate_limit"), rate_limit["on"], "on"),
+                 "is a chain setting (set it in the chain's policy); a target sets only rate_limit.hold");
+  }
+  ASSIGN_OR_RETURN(Policy p, ParsePolicy(w, n));
+  return HealthPolicy::Of(p);
+}
+
 absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
   RETURN_IF_ERROR(CheckKeys(w, n, {"name", "kind", "upstream_model", "warm", "weight", "cost", "timeout",
-                                   "max_retries", "limits", "labels", "enabled"}));
+                                   "max_retries", "limits", "labels", "enabled", "health"}));
   TargetConfig t;
   t.managed_by = w.file;
   if (!n["name"]) return Error(w, "name is required");
@@ -234,6 +247,7 @@ absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
     return absl::OkStatus();
   }));
   RETURN_IF_ERROR(Read(w, n, "enabled", &t.enabled, Bool));
+  RETURN_IF_ERROR(Read(w, n, "health", &t.health, ParseHealthPolicy));
   return t;
 }
 

@@ -15,6 +15,53 @@ namespace failover {
 
 using namespace internal;  // NOLINT: the engine's own helpers
 
+namespace {
+
+// DESIGN 3.1: a target's health is shared by every chain that lists it, so a
+// target without health settings of its own takes its chains', and they must
+// agree. The refusal names both chains and the first field they differ in,
+// at the path of the object in this request that brought the disagreement.
+absl::Status CheckSharedHealth(const std::map<std::string, TargetConfig>& targets,
+                               const std::map<std::string, ChainConfig>& chains, const ConfigChange& change) {
+  auto path_of = [&](const ChainConfig& a, const ChainConfig& b, const std::string& target,
+                     const std::string& field) {
+    for (size_t i = change.chains.size(); i-- > 0;) {  // the later one in the request
+      if (change.chains[i].name == b.name || change.chains[i].name == a.name) {
+        return absl::StrCat("chains[", i, "].policy.", field);
+      }
+    }
+    for (size_t i = 0; i < change.targets.size(); ++i) {
+      if (change.targets[i].name == target) return absl::StrCat("targets[", i, "].health");
+    }
+    return std::string("chains");
+  };
+  struct First {
+    const ChainConfig* chain;
+    HealthPolicy health;
+  };
+  std::map<std::string, First> first;  // target -> the first chain (by name) listing it
+  for (const auto& [_, chain] : chains) {
+    const HealthPolicy health = HealthPolicy::Of(chain.policy);
+    for (const std::string& name : chain.targets) {
+      auto t = targets.find(name);
+      if (t == targets.end() || t->second.health) continue;
+      auto [it, inserted] = first.try_emplace(name, First{&chain, health});
+      if (inserted) continue;
+      const std::vector<HealthPolicy::Difference> differ = it->second.health.Differences(health);
+      if (differ.empty()) continue;
+      const HealthPolicy::Difference& d = differ.front();
+      return absl::InvalidArgumentError(absl::StrCat(
+          path_of(*it->second.chain, chain, name, d.field), ": chains \"", it->second.chain->name, "\" and \"",
+          chain.name, "\" both list target \"", name, "\" but give it different ", d.field, " (", d.mine, " vs ",
+          d.theirs, "); a target's health is shared by its chains, so set the same value in both, or give \"",
+          name, "\" its own health settings (health: on the target)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const ApplyOptions& options, absl::Time now) {
   ChangeWriter w(*this);
   std::shared_ptr<const Snapshot> cur = Load();
@@ -126,6 +173,8 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
                                                      " chains in all (--max-chains); this change would make ",
                                                      chains.size()));
   }
+
+  RETURN_IF_ERROR(CheckSharedHealth(targets, chains, change));
 
   // A pinned chain must still list its pinned target.
   for (const ChainConfig& requested : change.chains) {

@@ -169,9 +169,12 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
       TargetEntry& t = snap->targets[ti];
       e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config.limit_rpm, t.config.HasHealthCheck()});
       t.chains.push_back(chain_index);
-      // Health settings come from the first chain, in name order, listing it.
+      // A target without settings of its own takes its chains', on which an
+      // apply made them agree (CheckSharedHealth). State stored by an older
+      // version may still disagree: then the first chain by name decides.
       if (!has_settings[ti]) {
-        t.health = intern(HealthSettings::From(e.config.policy, t.config, options_.probe_jitter));
+        t.health = intern(HealthSettings::From(t.config.health.value_or(HealthPolicy::Of(e.config.policy)),
+                                               t.config, options_.probe_jitter));
         has_settings[ti] = true;
       }
     }
@@ -182,7 +185,9 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
   }
   for (size_t i = 0; i < snap->targets.size(); ++i) {
     if (!has_settings[i]) {
-      snap->targets[i].health = intern(HealthSettings::From(Policy(), snap->targets[i].config, options_.probe_jitter));
+      const TargetConfig& config = snap->targets[i].config;
+      snap->targets[i].health =
+          intern(HealthSettings::From(config.health.value_or(HealthPolicy()), config, options_.probe_jitter));
     }
   }
   return snap;

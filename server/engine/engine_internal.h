@@ -65,6 +65,7 @@ inline std::vector<std::string> ChangedFields(const TargetConfig& a, const Targe
   if (a.limit_rpm != b.limit_rpm) f.push_back("limits");
   if (a.labels != b.labels) f.push_back("labels");
   if (a.enabled != b.enabled) f.push_back("enabled");
+  if (a.health != b.health) f.push_back("health");
   if (a.managed_by != b.managed_by) f.push_back("managed_by");
   return f;
 }

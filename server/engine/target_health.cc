@@ -20,7 +20,7 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-HealthSettings HealthSettings::From(const Policy& p, const TargetConfig& t, double jitter) {
+HealthSettings HealthSettings::From(const HealthPolicy& p, const TargetConfig& t, double jitter) {
   HealthSettings s;
   s.trip_errors = p.trip_errors;
   s.trip_window = p.trip_window;
@@ -32,6 +32,7 @@ HealthSettings HealthSettings::From(const Policy& p, const TargetConfig& t, doub
   s.backoff_steps = p.backoff_steps;
   s.backoff_max = p.backoff_max;
   s.backoff_reset_after = p.backoff_reset_after;
+  s.rate_limit_hold = p.rate_limit_hold;
   s.has_health_check = t.HasHealthCheck();
   s.jitter = jitter;
   return s;

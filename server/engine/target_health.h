@@ -13,8 +13,8 @@
 
 namespace failover {
 
-// The settings that govern one target's health, taken from the first chain
-// (by name) that lists it, plus what the target's config says about checks.
+// The settings that govern one target's health: its HealthPolicy (its own,
+// or the one its chains agree on), plus what its config says about checks.
 struct HealthSettings {
   uint32_t trip_errors = 1;
   absl::Duration trip_window = absl::Seconds(30);
@@ -26,16 +26,18 @@ struct HealthSettings {
   uint32_t backoff_steps = 3;
   absl::Duration backoff_max = absl::Hours(1);
   absl::Duration backoff_reset_after = absl::Minutes(10);
+  absl::Duration rate_limit_hold = absl::Seconds(10);
   bool has_health_check = true;
   // Fraction of the cooldown added or removed at random (0.1 = +-10%).
   double jitter = 0.1;
 
-  static HealthSettings From(const Policy& policy, const TargetConfig& target, double jitter);
+  static HealthSettings From(const HealthPolicy& policy, const TargetConfig& target, double jitter);
 
   // Equal settings are shared between targets (a snapshot interns them).
   auto Tie() const {
     return std::tie(trip_errors, trip_window, recovery_probes, min_dwell, probe_interval, probe_timeout,
-                    backoff_factor, backoff_steps, backoff_max, backoff_reset_after, has_health_check, jitter);
+                    backoff_factor, backoff_steps, backoff_max, backoff_reset_after, rate_limit_hold, has_health_check,
+                    jitter);
   }
   bool operator==(const HealthSettings& o) const { return Tie() == o.Tie(); }
   template <typename H>

@@ -91,6 +91,8 @@ absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
                      absl::StrCat("key must be non-empty and key+value at most ", kMaxLabelBytes, " bytes"));
     }
   }
+  // The same bounds as a chain policy's health fields.
+  if (t.health) RETURN_IF_ERROR(ValidatePolicy(t.health->AsPolicy(), absl::StrCat(path, ".health")));
   return absl::OkStatus();
 }
 

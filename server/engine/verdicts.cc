@@ -73,8 +73,9 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     }
     if (c.counts && may_transition) changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
     if (c.reason == Reason::kRateLimit) {
+      // The hold is the target's (its health settings), shared by every chain.
       const absl::Duration hold =
-          std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : policy.rate_limit_hold,
+          std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : t.health->rate_limit_hold,
                    options_.max_rate_limit_hold);
       rt.held_until_ns.store(absl::ToUnixNanos(now + hold), std::memory_order_relaxed);
     }
@@ -146,7 +147,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   } else if (c.reason == Reason::kRateLimit && policy.rate_limit_on == RateLimitMode::kWait) {
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = std::min(
-        req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : policy.rate_limit_hold,
+        req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : target->health->rate_limit_hold,
         options_.max_rate_limit_hold);
   } else if (retries_used < c.same_target_retries) {
     record.retries_used[target->config.name] = retries_used + 1;

@@ -94,6 +94,56 @@ TEST(ConfigFileTest, EngineErrorsAreLocatedInTheirFile) {
   EXPECT_THAT(std::string(located.message()), HasSubstr("chains.yaml:5: chains[0].targets[1]: unknown target \"ghost\""));
 }
 
+TEST(ConfigFileTest, ATargetSetsItsOwnHealthWithTheChainPolicyKeys) {
+  auto loaded = ParseConfigText(
+      "targets:\n  - name: a\n    health:\n      trip: {errors: 3, window: 1m}\n      probe: {interval: 5s}\n"
+      "      rate_limit: {hold: 20s}\n  - name: b\n",
+      "t.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const TargetConfig& a = loaded->change.targets[0];
+  ASSERT_TRUE(a.health.has_value());
+  EXPECT_EQ(a.health->trip_errors, 3u);
+  EXPECT_EQ(a.health->trip_window, absl::Minutes(1));
+  EXPECT_EQ(a.health->probe_interval, absl::Seconds(5));
+  EXPECT_EQ(a.health->rate_limit_hold, absl::Seconds(20));
+  EXPECT_EQ(a.health->recovery_probes, HealthPolicy().recovery_probes);  // unset: the default
+  EXPECT_FALSE(loaded->change.targets[1].health.has_value());
+
+  struct Case {
+    std::string text;
+    std::string expected;
+  } cases[] = {
+      {"targets:\n  - name: a\n    health:\n      max_attempts: 2\n",
+       "t.yaml:4: targets[0].health.max_attempts: unknown field"},
+      {"targets:\n  - name: a\n    health:\n      rate_limit: {on: wait}\n",
+       "t.yaml:4: targets[0].health.rate_limit.on: is a chain setting"},
+      {"targets:\n  - name: a\n    health:\n      trip: {window: soon}\n",
+       "t.yaml:4: targets[0].health.trip.window: must be a duration"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseConfigText(c.text, "t.yaml");
+    ASSERT_FALSE(bad.ok()) << c.text;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+TEST(ConfigFileTest, ChainsThatDisagreeOnASharedTargetsHealthAreRefusedInTheirFile) {
+  auto loaded = ParseConfigText(
+      "targets: [{name: a}, {name: b}, {name: c}]\nchains:\n  - name: one\n    targets: [a, b]\n"
+      "  - name: two\n    targets: [a, c]\n    policy: {probe: {interval: 5s}}\n",
+      "chains.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Engine engine;
+  ApplyOptions options;
+  options.from_files = true;
+  options.dry_run = true;
+  auto applied = engine.Apply(loaded->change, options, kT0);
+  ASSERT_EQ(applied.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(Locate(*loaded, applied.status()).message()),
+              HasSubstr("chains.yaml:5: chains[1].policy.probe.interval: chains \"one\" and \"two\" both list "
+                        "target \"a\" but give it different probe.interval (15s vs 5s)"));
+}
+
 TEST(ConfigFileTest, OutOfRangeDurationsAndNonAsciiNamesAreLocatedAndEscaped) {
   struct Case {
     std::string text;

@@ -260,17 +260,74 @@ TEST_F(EngineTest, HealthIsSharedByEveryChainListingATarget) {
   EXPECT_THAT(Names(Pick("two")), ElementsAre("c"));
 }
 
-TEST_F(EngineTest, TargetSettingsComeFromTheFirstChainByName) {
+// DESIGN 3.1: a target's health settings belong to the target. Chains that
+// share a target without settings of its own must agree on them.
+TEST_F(EngineTest, ChainsThatShareATargetMustAgreeOnItsHealthSettings) {
   Policy strict;
   strict.trip_errors = 1;
   Policy lenient;
   lenient.trip_errors = 3;
-  // "alpha" sorts first, so its policy governs target a.
-  ApplyOk({Target("a"), Target("b"), Target("c")},
-          {Chain("zulu", {"a", "c"}, strict), Chain("alpha", {"a", "b"}, lenient)});
+  ConfigChange change;
+  change.targets = {Target("a"), Target("b"), Target("c")};
+  change.chains = {Chain("zulu", {"a", "c"}, strict), Chain("alpha", {"a", "b"}, lenient)};
+  for (bool dry_run : {true, false}) {
+    ApplyOptions options;
+    options.dry_run = dry_run;
+    auto r = engine_.Apply(change, options, now_);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(r.status().message());
+    EXPECT_THAT(message, HasSubstr("chains[1].policy.trip.errors"));
+    EXPECT_THAT(message, HasSubstr("\"alpha\""));
+    EXPECT_THAT(message, HasSubstr("\"zulu\""));
+    EXPECT_THAT(message, HasSubstr("target \"a\""));
+    EXPECT_THAT(message, HasSubstr("(3 vs 1)"));
+  }
+  EXPECT_EQ(engine_.GetTarget("a").status().code(), absl::StatusCode::kNotFound);  // nothing saved
+  // Chains that differ only outside the health settings agree.
+  Policy other = strict;
+  other.max_attempts = 1;
+  other.rate_limit_on = RateLimitMode::kWait;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("zulu", {"a", "c"}, strict), Chain("alpha", {"a", "b"}, other)});
+  // A later apply that changes one chain alone is refused too.
+  auto r = engine_.Apply(ConfigChange{{}, {Chain("alpha", {"a", "b"}, lenient)}}, ApplyOptions{}, now_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("chains[0].policy.trip.errors"));
+}
+
+TEST_F(EngineTest, ATargetsOwnHealthSettingsWinOverItsChains) {
+  Policy strict;
+  strict.trip_errors = 1;
+  Policy lenient;
+  lenient.trip_errors = 5;
+  TargetConfig a = Target("a");
+  a.health = HealthPolicy();
+  a.health->trip_errors = 3;
+  a.health->rate_limit_hold = absl::Seconds(20);
+  // The chains disagree, but a has its own settings; b and c are each listed once.
+  ApplyOk({a, Target("b"), Target("c")}, {Chain("zulu", {"a", "c"}, strict), Chain("alpha", {"a", "b"}, lenient)});
   FailTarget("zulu", "a");
-  EXPECT_NE(Health("a"), HealthState::kDown);  // alpha's trip.errors 3 applies, not zulu's 1
+  FailTarget("alpha", "a");
+  EXPECT_NE(Health("a"), HealthState::kDown);  // 3 failures trip a, not zulu's 1
   FailTarget("zulu", "a");
+  EXPECT_EQ(Health("a"), HealthState::kDown);
+  // Removing a's own settings brings the disagreement back: refused.
+  auto r = engine_.Apply(ConfigChange{{Target("a")}, {}}, ApplyOptions{}, now_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("targets[0].health"));
+}
+
+// Adding or renaming an unrelated chain no longer changes how a shared
+// target trips: every chain that lists it says the same.
+TEST_F(EngineTest, AnUnrelatedChainDoesNotChangeASharedTargetsHealth) {
+  Policy three;
+  three.trip_errors = 3;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("zulu", {"a", "c"}, three), Chain("mike", {"a", "b"}, three)});
+  // A new chain that sorts first and lists a with the defaults is refused.
+  auto r = engine_.Apply(ConfigChange{{}, {Chain("alpha", {"a", "b"})}}, ApplyOptions{}, now_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  FailTarget("zulu", "a");
+  FailTarget("zulu", "a");
+  EXPECT_NE(Health("a"), HealthState::kDown);
   FailTarget("zulu", "a");
   EXPECT_EQ(Health("a"), HealthState::kDown);
 }

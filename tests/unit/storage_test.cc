@@ -69,6 +69,10 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     b.name = "b";
     b.weight = 3;
     b.upstream_model = "gpt-4o";
+    b.health = HealthPolicy();
+    b.health->trip_errors = 4;
+    b.health->backoff_factor = 5;
+    b.health->rate_limit_hold = absl::Seconds(25);
     config.put_targets = {a, b};
     ChainConfig c;
     c.name = "ch";
@@ -114,6 +118,12 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_EQ(state->targets[1].upstream_model, "");
   EXPECT_EQ(state->targets[0].upstream_model, "gpt-4o");
   EXPECT_EQ(state->targets[0].weight, 3u);
+  // A target's own health settings come back; a target without them has none.
+  ASSERT_TRUE(state->targets[0].health.has_value());
+  EXPECT_EQ(state->targets[0].health->trip_errors, 4u);
+  EXPECT_EQ(state->targets[0].health->backoff_factor, 5);
+  EXPECT_EQ(state->targets[0].health->rate_limit_hold, absl::Seconds(25));
+  EXPECT_FALSE(state->targets[1].health.has_value());
   ASSERT_EQ(state->chains.size(), 1u);
   EXPECT_EQ(state->chains[0].strategy, Strategy::kRoundRobin);
   EXPECT_EQ(state->chains[0].policy.recovery_min_dwell, absl::Seconds(5));

@@ -21,10 +21,7 @@ class BadInputTest : public ApiTest {
     v1::ApplyRequest config;
     AddTarget(&config, "a");
     AddTarget(&config, "b");
-    v1::Chain* chain = config.add_chains();
-    chain->set_name("ch");
-    chain->add_targets("a");
-    chain->add_targets("b");
+    AddChain(&config, "ch", {"a", "b"});
     ASSERT_TRUE(Apply(config).ok());
     before_ = Status();
     events_before_ = Events().size();
@@ -108,10 +105,7 @@ TEST_F(BadInputTest, WhatAnErrorQuotesOfTheInputIsBounded) {
   v1::ApplyRequest config;
   AddTarget(&config, "a");
   AddTarget(&config, "b");
-  v1::Chain* chain = config.add_chains();
-  chain->set_name("ch");
-  chain->add_targets("a");
-  chain->add_targets("b");
+  AddChain(&config, "ch", {"a", "b"});
   ASSERT_TRUE(Apply(config).ok());
   v1::PickTargetRequest pick;
   pick.set_chain("ch");

@@ -63,10 +63,7 @@ class ReliabilityTest : public ApiTest {
     v1::ApplyRequest req;
     AddTarget(&req, "a");
     AddTarget(&req, "b");
-    v1::Chain* chain = req.add_chains();
-    chain->set_name("ch");
-    chain->add_targets("a");
-    chain->add_targets("b");
+    AddChain(&req, "ch", {"a", "b"});
     ASSERT_TRUE(Apply(req).ok());
   }
 };

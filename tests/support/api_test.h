@@ -67,6 +67,14 @@ class ApiTest : public ::testing::Test {
     return t;
   }
 
+  static v1::Chain* AddChain(v1::ApplyRequest* req, const std::string& name,
+                             const std::vector<std::string>& targets) {
+    v1::Chain* c = req->add_chains();
+    c->set_name(name);
+    for (const std::string& t : targets) c->add_targets(t);
+    return c;
+  }
+
   v1::TargetView Target(const std::string& name) {
     v1::GetTargetRequest req;
     req.set_name(name);

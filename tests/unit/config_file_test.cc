@@ -30,6 +30,10 @@ TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
   ASSERT_TRUE(gomodel.ok());
   EXPECT_EQ(gomodel->config.strategy, Strategy::kRoundRobin);
   EXPECT_EQ(gomodel->config.policy.retry_on_statuses, (std::vector<std::string>{"408", "5xx"}));
+  auto shared = engine.GetTarget("openai/gpt-4o");
+  ASSERT_TRUE(shared.ok());
+  ASSERT_TRUE(shared->config.health.has_value());
+  EXPECT_EQ(shared->config.health->trip_errors, 3u);
   auto minuspod = engine.GetChain("ad-detection");
   ASSERT_TRUE(minuspod.ok());
   EXPECT_EQ(minuspod->config.policy.rate_limit_on, RateLimitMode::kWait);

@@ -141,15 +141,19 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   record.AddFailure(target->config.name, summary);
 
   const uint32_t retries_used = record.retries_used[target->config.name];
+  // Same-target retries (and rate-limit waits) only while the target stays
+  // usable: one that this report took out (it tripped) or that an admin took
+  // out (MANUAL, DISABLED) is not tried again (DESIGN 3.5).
+  const bool stays_usable = IsUsable(out->target_health);
   if (!c.moves_on) {
     out->verdict = Verdict::kFail;
     out->error = absl::StrCat(target->config.name, ": ", summary);
-  } else if (c.reason == Reason::kRateLimit && policy.rate_limit_on == RateLimitMode::kWait) {
+  } else if (stays_usable && c.reason == Reason::kRateLimit && policy.rate_limit_on == RateLimitMode::kWait) {
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = std::min(
         req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : target->health->rate_limit_hold,
         options_.max_rate_limit_hold);
-  } else if (retries_used < c.same_target_retries) {
+  } else if (stays_usable && retries_used < c.same_target_retries) {
     record.retries_used[target->config.name] = retries_used + 1;
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = req.facts.retry_after > absl::ZeroDuration()

@@ -48,10 +48,8 @@ TEST_F(PersistenceTest, SigkillRightAfterAcknowledgementsLosesNothing) {
   trigger.set_reason("upstream maintenance");
   v1::TargetView target_view;
   ASSERT_TRUE(admin_->TriggerFailover(Ctx().get(), trigger, &target_view).ok());
-  // Enough failures to switch chain "one" (and "three", which shares a).
+  // A failure that trips a switches chain "one" (and "three", which shares a).
   v1::PickTargetResponse plan = Pick("one");
-  ASSERT_EQ(Report(plan.decision_id(), "a", 503, "overloaded").verdict(), v1::VERDICT_RETRY_SAME);
-  Report(plan.decision_id(), "a", 503, "overloaded");
   ASSERT_EQ(Report(plan.decision_id(), "a", 503, "overloaded").verdict(), v1::VERDICT_TRY_NEXT);
   const v1::ChainView one_before = Chain("one");
   ASSERT_EQ(one_before.status().active_target(), "b");

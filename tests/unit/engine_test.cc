@@ -387,6 +387,7 @@ TEST_F(EngineTest, FailoverDisabledGivesOneAttempt) {
   ApplyOk({Target("a"), Target("b")}, {});
   ChainConfig c = Chain("ch", {"a", "b"});
   c.failover_enabled = false;
+  c.policy.trip_errors = 5;  // a stays usable, so its same-target retries apply
   ApplyOk({}, {c});
   Plan plan = Pick("ch");
   ASSERT_EQ(plan.attempts.size(), 1u);
@@ -528,6 +529,39 @@ TEST_F(EngineTest, OverloadedRetriesTheSameTargetTwiceThenMovesOn) {
   ReportResult r3 = Report(plan.decision_id, "argus-llm", Http(503));
   EXPECT_EQ(r3.verdict, Verdict::kTryNext);
   EXPECT_EQ(r3.next.target->config.name, "gemma-local");
+}
+
+// DESIGN 3.5: a report that takes its target out gets no same-target retry.
+TEST_F(EngineTest, AFailureThatTripsItsTargetMovesOnInsteadOfRetryingIt) {
+  TwoTargetChain();  // trip.errors 1: the first 503 trips
+  Plan plan = Pick("assistant-llm");
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r.target_health, HealthState::kDown);
+  EXPECT_EQ(r.verdict, Verdict::kTryNext);
+  EXPECT_EQ(r.next.target->config.name, "gemma-local");
+  // The fallback trips too: nothing is left.
+  ReportResult last = Report(plan.decision_id, "gemma-local", Http(503));
+  EXPECT_EQ(last.verdict, Verdict::kFail);
+  EXPECT_THAT(last.error, HasSubstr("every target failed"));
+}
+
+TEST_F(EngineTest, ATrippedPinnedTargetFailsAtOnce) {
+  TwoTargetChain();
+  ASSERT_TRUE(engine_.Pin("assistant-llm", "argus-llm", now_).ok());
+  Plan plan = Pick("assistant-llm");
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r.verdict, Verdict::kFail);
+}
+
+TEST_F(EngineTest, ATargetFailedOverMeanwhileIsNotRetried) {
+  Policy p;
+  p.trip_errors = 5;
+  TwoTargetChain(p);
+  Plan plan = Pick("assistant-llm");
+  ASSERT_TRUE(engine_.TriggerManualFailover("argus-llm", "maintenance", now_).ok());
+  ReportResult r = Report(plan.decision_id, "argus-llm", Http(503));
+  EXPECT_EQ(r.target_health, HealthState::kManual);
+  EXPECT_EQ(r.verdict, Verdict::kTryNext);
 }
 
 TEST_F(EngineTest, NetworkRetriesOnceAndHonoursRetryAfterAsTheDelay) {

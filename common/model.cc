@@ -76,7 +76,7 @@ bool Policy::operator==(const Policy& o) const {
   auto tie = [](const Policy& p) {
     return std::tie(p.probe_interval, p.probe_timeout, p.trip_errors, p.trip_window, p.recovery_probes,
                     p.recovery_min_dwell, p.backoff_factor, p.backoff_steps, p.backoff_max,
-                    p.backoff_reset_after, p.rate_limit_on, p.rate_limit_hold, p.max_attempts,
+                    p.backoff_reset_after, p.rate_limit_on, p.rate_limit_hold, p.rate_limit_max_hold, p.max_attempts,
                     p.max_replay_bytes, p.retry_on_statuses, p.retry_on_errors, p.same_target_retries);
   };
   return tie(*this) == tie(o);
@@ -95,6 +95,7 @@ HealthPolicy HealthPolicy::Of(const Policy& p) {
   h.backoff_max = p.backoff_max;
   h.backoff_reset_after = p.backoff_reset_after;
   h.rate_limit_hold = p.rate_limit_hold;
+  h.rate_limit_max_hold = p.rate_limit_max_hold;
   return h;
 }
 
@@ -111,6 +112,7 @@ Policy HealthPolicy::AsPolicy() const {
   p.backoff_max = backoff_max;
   p.backoff_reset_after = backoff_reset_after;
   p.rate_limit_hold = rate_limit_hold;
+  p.rate_limit_max_hold = rate_limit_max_hold;
   return p;
 }
 
@@ -137,6 +139,7 @@ std::vector<HealthPolicy::Difference> HealthPolicy::Differences(const HealthPoli
   compare("backoff.max", backoff_max, o.backoff_max);
   compare("backoff.reset_after", backoff_reset_after, o.backoff_reset_after);
   compare("rate_limit.hold", rate_limit_hold, o.rate_limit_hold);
+  compare("rate_limit.max_hold", rate_limit_max_hold, o.rate_limit_max_hold);
   return out;
 }
 

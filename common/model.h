@@ -68,6 +68,8 @@ struct Policy {
   absl::Duration backoff_reset_after = absl::Minutes(10);
   RateLimitMode rate_limit_on = RateLimitMode::kFailover;
   absl::Duration rate_limit_hold = absl::Seconds(10);
+  // Longest hold; a limit that resets later takes the target DOWN until then.
+  absl::Duration rate_limit_max_hold = absl::Seconds(60);
   uint32_t max_attempts = 0;  // fallbacks after the first; 0 = all
   uint64_t max_replay_bytes = 32ull << 20;
   // Empty = the defaults (DESIGN 3.5 table). Non-empty replaces the default.
@@ -81,7 +83,7 @@ struct Policy {
 };
 
 // A target's health settings (DESIGN 3.1): probe, trip, recovery, backoff and
-// the rate-limit hold. Every chain that lists a target shares its health, so
+// the rate-limit holds. Every chain that lists a target shares its health, so
 // these belong to the target: its own `health`, or else the chains' policies,
 // which must then agree. (rate_limit.on stays with each chain: it shapes that
 // chain's verdicts, not the target's state.)
@@ -97,6 +99,7 @@ struct HealthPolicy {
   absl::Duration backoff_max = absl::Hours(1);
   absl::Duration backoff_reset_after = absl::Minutes(10);
   absl::Duration rate_limit_hold = absl::Seconds(10);
+  absl::Duration rate_limit_max_hold = absl::Seconds(60);
 
   // The health part of a chain's policy.
   static HealthPolicy Of(const Policy& p);

@@ -51,6 +51,9 @@ absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view pa
   ASSIGN_OR_RETURN(out.rate_limit_hold,
                    OptionalDuration(p.rate_limit().has_hold(), p.rate_limit().hold(), out.rate_limit_hold,
                                     absl::StrCat(path, ".rate_limit.hold")));
+  ASSIGN_OR_RETURN(out.rate_limit_max_hold,
+                   OptionalDuration(p.rate_limit().has_max_hold(), p.rate_limit().max_hold(),
+                                    out.rate_limit_max_hold, absl::StrCat(path, ".rate_limit.max_hold")));
   out.max_attempts = p.max_attempts();
   if (p.has_max_replay_bytes()) out.max_replay_bytes = p.max_replay_bytes();
   out.retry_on_statuses.assign(p.retry_on_statuses().begin(), p.retry_on_statuses().end());
@@ -82,6 +85,7 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   out->mutable_rate_limit()->set_on(p.rate_limit_on == RateLimitMode::kWait ? v1::RATE_LIMIT_MODE_WAIT
                                                                             : v1::RATE_LIMIT_MODE_FAILOVER);
   DurationToProto(p.rate_limit_hold, out->mutable_rate_limit()->mutable_hold());
+  DurationToProto(p.rate_limit_max_hold, out->mutable_rate_limit()->mutable_max_hold());
   out->set_max_attempts(p.max_attempts);
   out->set_max_replay_bytes(p.max_replay_bytes);
   for (const auto& s : p.retry_on_statuses) out->add_retry_on_statuses(s);

@@ -33,6 +33,7 @@ void EncodePolicy(const Policy& p, PolicyRecord* r) {
   r->set_backoff_reset_after_nanos(DurationToNanos(p.backoff_reset_after));
   r->set_rate_limit_on(EnumToInt(p.rate_limit_on));
   r->set_rate_limit_hold_nanos(DurationToNanos(p.rate_limit_hold));
+  r->set_rate_limit_max_hold_nanos(DurationToNanos(p.rate_limit_max_hold));
   r->set_max_attempts(p.max_attempts);
   r->set_max_replay_bytes(p.max_replay_bytes);
   for (const std::string& s : p.retry_on_statuses) r->add_retry_on_statuses(s);
@@ -54,6 +55,7 @@ bool DecodePolicy(const PolicyRecord& r, Policy* out) {
   p.backoff_reset_after = DurationFromNanos(r.backoff_reset_after_nanos());
   if (!EnumFromInt(r.rate_limit_on(), RateLimitMode::kWait, &p.rate_limit_on)) return false;
   p.rate_limit_hold = DurationFromNanos(r.rate_limit_hold_nanos());
+  if (r.rate_limit_max_hold_nanos() != 0) p.rate_limit_max_hold = DurationFromNanos(r.rate_limit_max_hold_nanos());
   p.max_attempts = r.max_attempts();
   p.max_replay_bytes = r.max_replay_bytes();
   p.retry_on_statuses.assign(r.retry_on_statuses().begin(), r.retry_on_statuses().end());

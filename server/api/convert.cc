@@ -1,7 +1,12 @@
 #include "server/api/convert.h"
 
+#include <map>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
+#include "server/api/upstream_response.h"
 
 namespace failover::api {
 namespace {
@@ -12,7 +17,7 @@ absl::Status Invalid(absl::string_view path, absl::string_view what) {
 
 }  // namespace
 
-absl::StatusOr<OutcomeFacts> FailureFromProto(const v1::Failure& f, absl::string_view path) {
+absl::StatusOr<OutcomeFacts> FailureFromProto(const v1::Failure& f, absl::string_view path, absl::Time now) {
   OutcomeFacts out;
   if (f.http_status() != 0 && (f.http_status() < 100 || f.http_status() > 599)) {
     return Invalid(absl::StrCat(path, ".http_status"), absl::StrCat("must be 100..599 or 0, got ", f.http_status()));
@@ -53,6 +58,34 @@ absl::StatusOr<OutcomeFacts> FailureFromProto(const v1::Failure& f, absl::string
   }
   out.admission_rejected = f.admission_rejected();
   out.cancelled = f.cancelled();
+  if (f.has_response()) {
+    const v1::UpstreamResponse& r = f.response();
+    constexpr int kMaxHeaders = 32;
+    constexpr size_t kMaxHeaderBytes = 1024;
+    constexpr size_t kMaxBody = 16 * 1024;
+    if (r.headers_size() > kMaxHeaders) {
+      return Invalid(absl::StrCat(path, ".response.headers"),
+                     absl::StrCat("at most ", kMaxHeaders, " headers (send the ones with reset times), got ",
+                                  r.headers_size()));
+    }
+    std::map<std::string, std::string> headers;
+    for (const auto& [name, value] : r.headers()) {
+      if (name.size() + value.size() > kMaxHeaderBytes) {
+        return Invalid(absl::StrCat(path, ".response.headers[\"", SanitizeUtf8(name, 64), "\"]"),
+                       absl::StrCat("name and value at most ", kMaxHeaderBytes, " bytes"));
+      }
+      headers[absl::AsciiStrToLower(name)] = value;
+    }
+    if (r.body().size() > kMaxBody) {
+      return Invalid(absl::StrCat(path, ".response.body"),
+                     absl::StrCat("at most ", kMaxBody, " bytes (cut a longer body), got ", r.body().size()));
+    }
+    UpstreamErrorFacts read = ReadUpstreamResponse(out.http_status, headers, r.body(), now);
+    // What the caller set explicitly wins.
+    if (out.error_code.empty()) out.error_code = std::move(read.error_code);
+    if (out.message.empty()) out.message = std::move(read.message);
+    if (!f.has_retry_after() && read.retry_after) out.retry_after = *read.retry_after;
+  }
   return out;
 }
 

@@ -9,7 +9,9 @@
 
 namespace failover::api {
 
-[[nodiscard]] absl::StatusOr<OutcomeFacts> FailureFromProto(const v1::Failure& f, absl::string_view path);
+// `now` (wall clock) places reset times given as dates in f.response.
+[[nodiscard]] absl::StatusOr<OutcomeFacts> FailureFromProto(const v1::Failure& f, absl::string_view path,
+                                                          absl::Time now);
 v1::Verdict VerdictToProto(Verdict v);
 void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out);
 void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out);

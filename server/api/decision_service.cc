@@ -102,7 +102,7 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
       case failover::v1::PROBE_OUTCOME_NOT_LOADED: result.outcome = ProbeOutcome::kNotLoaded; break;
       case failover::v1::PROBE_OUTCOME_FAIL: {
         result.outcome = ProbeOutcome::kFail;
-        ASSIGN_OR_RETURN(result.facts, FailureFromProto(r.failure(), path + ".failure"));
+        ASSIGN_OR_RETURN(result.facts, FailureFromProto(r.failure(), path + ".failure", ctx_.clock->Now()));
         break;
       }
       default:
@@ -149,7 +149,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   switch (req.result_case()) {
     case ReportOutcomeRequest::kSuccess: report.facts.success = true; break;
     case ReportOutcomeRequest::kFailure: {
-      ASSIGN_OR_RETURN(report.facts, FailureFromProto(req.failure(), "failure"));
+      ASSIGN_OR_RETURN(report.facts, FailureFromProto(req.failure(), "failure", ctx_.clock->Now()));
       break;
     }
     default: return absl::InvalidArgumentError("result: set either success or failure");

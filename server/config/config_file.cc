@@ -161,7 +161,7 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
     return Read(pw, m, "reset_after", &p.backoff_reset_after, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "rate_limit", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
-    RETURN_IF_ERROR(CheckKeys(pw, m, {"on", "hold"}));
+    RETURN_IF_ERROR(CheckKeys(pw, m, {"on", "hold", "max_hold"}));
     RETURN_IF_ERROR(Field(pw, m, "on", [&](const Where& x, const YAML::Node& v) -> absl::Status {
       ASSIGN_OR_RETURN(std::string mode, String(x, v));
       if (mode == "failover") {
@@ -173,7 +173,8 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
       }
       return absl::OkStatus();
     }));
-    return Read(pw, m, "hold", &p.rate_limit_hold, Duration);
+    RETURN_IF_ERROR(Read(pw, m, "hold", &p.rate_limit_hold, Duration));
+    return Read(pw, m, "max_hold", &p.rate_limit_max_hold, Duration);
   }));
   RETURN_IF_ERROR(Read(w, n, "max_attempts", &p.max_attempts, Unsigned32));
   RETURN_IF_ERROR(Field(w, n, "max_replay_bytes", [&](const Where& x, const YAML::Node& v) -> absl::Status {

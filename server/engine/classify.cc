@@ -45,7 +45,66 @@ bool ContainsAllWords(const std::string& lowered, std::initializer_list<absl::st
 
 bool IsContextOverflow(const std::string& text) {
   return ContainsAny(text, {"context_length_exceeded", "maximum context length", "context length exceeded",
-                            "context window"});
+                            "context window", "prompt is too long"}) ||
+         ContainsAllWords(text, {"input token count", "exceeds the maximum"});
+}
+
+// The provider's own error code or type (OpenAI `code`/`type`, Anthropic
+// `error.type`, Google `error.status`), lower case. kNone for codes that say
+// too little on their own ("invalid_request_error", "server_error",
+// "FAILED_PRECONDITION"): the phrases and the status decide those.
+Reason ReasonFromCode(const std::string& code) {
+  struct Entry {
+    absl::string_view code;
+    Reason reason;
+  };
+  static constexpr Entry kCodes[] = {
+      {"insufficient_quota", Reason::kBilling},
+      {"billing_error", Reason::kBilling},
+      {"billing_hard_limit_reached", Reason::kBilling},
+      {"billing_not_active", Reason::kBilling},
+      {"payment_required", Reason::kBilling},
+      {"rate_limit_exceeded", Reason::kRateLimit},
+      {"rate_limit_error", Reason::kRateLimit},
+      {"resource_exhausted", Reason::kRateLimit},
+      {"too_many_requests", Reason::kRateLimit},
+      {"overloaded_error", Reason::kOverloaded},
+      {"unavailable", Reason::kOverloaded},
+      {"context_length_exceeded", Reason::kContextOverflow},
+      {"model_not_found", Reason::kModelNotFound},
+      {"not_found_error", Reason::kModelNotFound},
+      {"notfounderror", Reason::kModelNotFound},
+      {"deploymentnotfound", Reason::kModelNotFound},
+      {"not_found", Reason::kModelNotFound},
+      {"invalid_api_key", Reason::kAuth},
+      {"authentication_error", Reason::kAuth},
+      {"permission_error", Reason::kAuth},
+      {"permission_denied", Reason::kAuth},
+      {"unauthenticated", Reason::kAuth},
+      {"deadline_exceeded", Reason::kTimeout},
+      {"content_filter", Reason::kClientError},
+  };
+  for (const Entry& e : kCodes) {
+    if (code == e.code) return e.reason;
+  }
+  if (absl::StrContains(code, "overloaded")) return Reason::kOverloaded;
+  return Reason::kNone;
+}
+
+// Phrases providers use whatever status they send: a quota that ran out comes
+// as a 429 (OpenAI) or a 400 (Anthropic, Google), an overload as a 503 or 529.
+Reason ReasonFromProviderPhrase(const std::string& text) {
+  if (IsContextOverflow(text)) return Reason::kContextOverflow;
+  if (ContainsAny(text, {"exceeded your current quota", "credit balance is too low", "insufficient credits",
+                         "insufficient_quota", "billing", "payment required"})) {
+    return Reason::kBilling;
+  }
+  if (ContainsAny(text, {"overloaded", "slow down", "at capacity", "over capacity"})) return Reason::kOverloaded;
+  if (ContainsAny(text, {"model_not_found", "try pulling it first"}) ||
+      (absl::StrContains(text, "model") && ContainsAny(text, {"does not exist", "not found"}))) {
+    return Reason::kModelNotFound;
+  }
+  return Reason::kNone;
 }
 
 bool IsModelMissing(const std::string& text) {
@@ -276,14 +335,21 @@ bool FailoverRules::PhraseMatches(const OutcomeFacts& facts, const std::string& 
 Classification FailoverRules::Classify(const OutcomeFacts& facts) const {
   Classification c;
   if (facts.success) return c;
+  const std::string code = absl::AsciiStrToLower(facts.error_code);
   const std::string text = absl::AsciiStrToLower(absl::StrCat(facts.error_code, " ", facts.message));
 
+  // What the caller itself knows first; then the provider's own code, its
+  // phrases, and only then the status, gRPC code or transport class.
+  Reason from_code = Reason::kNone;
+  Reason from_phrase = Reason::kNone;
   if (facts.cancelled || facts.grpc_code == kCancelled) {
     c.reason = Reason::kCancelled;
   } else if (facts.admission_rejected) {
     c.reason = Reason::kAdmission;
-  } else if (IsContextOverflow(text)) {
-    c.reason = Reason::kContextOverflow;
+  } else if ((from_code = ReasonFromCode(code)) != Reason::kNone) {
+    c.reason = from_code;
+  } else if ((from_phrase = ReasonFromProviderPhrase(text)) != Reason::kNone) {
+    c.reason = from_phrase;
   } else if (facts.transport == TransportError::kTimeout) {
     c.reason = Reason::kTimeout;
   } else if (facts.transport != TransportError::kNone) {

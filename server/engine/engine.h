@@ -49,8 +49,6 @@ struct EngineOptions {
   double probe_jitter = 0.1;
   // Added to a probe's timeout before its lease expires and is offered again.
   absl::Duration lease_grace = absl::Seconds(5);
-  // Cap on any rate-limit hold (DESIGN 3.2).
-  absl::Duration max_rate_limit_hold = absl::Seconds(60);
   // Distinguishes this process's decision ids from an earlier one's. 0 = random.
   uint32_t instance_epoch = 0;
   // Where randomness comes from (instance epoch, lease ids); null = the OS.

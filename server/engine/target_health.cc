@@ -33,6 +33,7 @@ HealthSettings HealthSettings::From(const HealthPolicy& p, const TargetConfig& t
   s.backoff_max = p.backoff_max;
   s.backoff_reset_after = p.backoff_reset_after;
   s.rate_limit_hold = p.rate_limit_hold;
+  s.rate_limit_max_hold = p.rate_limit_max_hold;
   s.has_health_check = t.HasHealthCheck();
   s.jitter = jitter;
   return s;
@@ -51,6 +52,7 @@ absl::Duration TargetHealth::Cooldown(const HealthSettings& s, uint32_t n, uint6
 }
 
 void TargetHealth::Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out) {
+  if (to != HealthState::kDown) limited_until_ = absl::InfinitePast();
   out->from = state_;
   out->to = to;
   out->reason = std::move(reason);
@@ -110,6 +112,18 @@ bool TargetHealth::Fail(const HealthSettings& s, absl::Time now, const std::stri
   return go_down(reason);
 }
 
+bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary,
+                                  HealthTransition* out) {
+  probe_due_ = std::max(probe_due_, until);
+  limited_until_ = std::max(limited_until_, until);
+  if (state_ == HealthState::kDown) return false;
+  failures_.Clear();
+  recovery_passes_ = 0;
+  Set(HealthState::kDown, now,
+      absl::StrCat("rate limited until its limit resets in ", absl::FormatDuration(until - now), ": ", summary), out);
+  return true;
+}
+
 bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out) {
   failures_.Clear();
   switch (state_) {
@@ -163,7 +177,7 @@ bool TargetHealth::PassWouldChange(const HealthSettings& s, bool strong) const {
 
 absl::Time TargetHealth::ComesBackAt(const HealthSettings& s) const {
   if (state_ != HealthState::kDown || s.has_health_check) return absl::InfiniteFuture();
-  return since_ + s.min_dwell;
+  return std::max(since_ + s.min_dwell, limited_until_);
 }
 
 bool TargetHealth::OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out) {

@@ -27,6 +27,7 @@ struct HealthSettings {
   absl::Duration backoff_max = absl::Hours(1);
   absl::Duration backoff_reset_after = absl::Minutes(10);
   absl::Duration rate_limit_hold = absl::Seconds(10);
+  absl::Duration rate_limit_max_hold = absl::Seconds(60);
   bool has_health_check = true;
   // Fraction of the cooldown added or removed at random (0.1 = +-10%).
   double jitter = 0.1;
@@ -36,7 +37,7 @@ struct HealthSettings {
   // Equal settings are shared between targets (a snapshot interns them).
   auto Tie() const {
     return std::tie(trip_errors, trip_window, recovery_probes, min_dwell, probe_interval, probe_timeout,
-                    backoff_factor, backoff_steps, backoff_max, backoff_reset_after, rate_limit_hold, has_health_check,
+                    backoff_factor, backoff_steps, backoff_max, backoff_reset_after, rate_limit_hold, rate_limit_max_hold, has_health_check,
                     jitter);
   }
   bool operator==(const HealthSettings& o) const { return Tie() == o.Tie(); }
@@ -107,6 +108,11 @@ class TargetHealth {
   // cooldown starts again, one backoff step longer.
   bool OnFailedCheck(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
                      HealthTransition* out);
+  // A rate limit that resets at `until`, later than rate_limit.max_hold: the
+  // target is DOWN until then (a per-day quota is not worth a retry a minute).
+  // Not a trip; on a target already DOWN it only keeps the check from coming
+  // before the reset.
+  bool OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary, HealthTransition* out);
   // A pass. `strong` passes (real successes, recovery probes) count toward
   // recovery; a liveness pass only moves DOWN to RECOVERING.
   bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out);
@@ -140,6 +146,7 @@ class TargetHealth {
   uint32_t trips_ = 0;  // n of the backoff formula: trips and failed checks while DOWN
   absl::Time last_failure_ = absl::InfinitePast();
   absl::Time probe_due_ = absl::InfinitePast();
+  absl::Time limited_until_ = absl::InfinitePast();  // while DOWN for a rate limit
 };
 
 }  // namespace failover

@@ -117,6 +117,12 @@ absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
   RETURN_IF_ERROR(Positive(p.backoff_max, absl::StrCat(path, ".backoff.max")));
   RETURN_IF_ERROR(Positive(p.backoff_reset_after, absl::StrCat(path, ".backoff.reset_after")));
   RETURN_IF_ERROR(Positive(p.rate_limit_hold, absl::StrCat(path, ".rate_limit.hold")));
+  RETURN_IF_ERROR(Positive(p.rate_limit_max_hold, absl::StrCat(path, ".rate_limit.max_hold")));
+  if (p.rate_limit_hold > p.rate_limit_max_hold) {
+    return Invalid(absl::StrCat(path, ".rate_limit.hold"),
+                   absl::StrCat("must not exceed rate_limit.max_hold (", absl::FormatDuration(p.rate_limit_max_hold),
+                                "), got ", absl::FormatDuration(p.rate_limit_hold)));
+  }
   if (p.max_attempts > kMaxChainTargets) {
     return Invalid(absl::StrCat(path, ".max_attempts"),
                    absl::StrCat("must be 0..", kMaxChainTargets, ", got ", p.max_attempts));

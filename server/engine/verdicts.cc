@@ -54,6 +54,10 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   out->counted = c.counts;
   out->decision_known = known;
   const std::string summary = req.facts.success ? "" : FailoverRules::Summarize(req.facts);
+  // A rate limit that resets later than the target's max_hold (a per-day
+  // quota) takes it DOWN until the reset instead of holding it.
+  const bool limited_long =
+      c.reason == Reason::kRateLimit && req.facts.retry_after > target->health->rate_limit_max_hold;
 
   // Health first: the verdict's next target must see this outcome. Most
   // outcomes change no state and take no writer lock; one that would trip or
@@ -72,11 +76,13 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
       rt.last_error_time = now;
     }
     if (c.counts && may_transition) changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
-    if (c.reason == Reason::kRateLimit) {
+    if (limited_long && (may_transition || rt.health.state() == HealthState::kDown)) {
+      changed = rt.health.OnLimitedUntil(now, now + req.facts.retry_after, summary, tr);
+    } else if (c.reason == Reason::kRateLimit) {
       // The hold is the target's (its health settings), shared by every chain.
       const absl::Duration hold =
           std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : t.health->rate_limit_hold,
-                   options_.max_rate_limit_hold);
+                   t.health->rate_limit_max_hold);
       rt.held_until_ns.store(absl::ToUnixNanos(now + hold), std::memory_order_relaxed);
     }
     return changed;
@@ -86,6 +92,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     TargetRuntime& rt = *target->rt;
     std::lock_guard<std::mutex> lock(rt.mu);
     needs_writer = req.facts.success ? rt.health.PassWouldChange(*target->health, /*strong=*/true)
+                   : limited_long    ? rt.health.state() != HealthState::kDown
                                      : c.counts && rt.health.FailureWouldChange(*target->health, now);
     // While changes are refused, the outcome is recorded without its transition.
     if (!needs_writer || !accepting_changes()) {
@@ -152,12 +159,12 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = std::min(
         req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : target->health->rate_limit_hold,
-        options_.max_rate_limit_hold);
+        target->health->rate_limit_max_hold);
   } else if (stays_usable && retries_used < c.same_target_retries) {
     record.retries_used[target->config.name] = retries_used + 1;
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = req.facts.retry_after > absl::ZeroDuration()
-                           ? std::min(req.facts.retry_after, options_.max_rate_limit_hold)
+                           ? std::min(req.facts.retry_after, target->health->rate_limit_max_hold)
                            : absl::Milliseconds(250) * (1 << std::min<uint32_t>(retries_used, 5));
   } else if (chain == nullptr) {
     out->verdict = Verdict::kFail;

@@ -637,16 +637,66 @@ TEST_F(EngineTest, RateLimitHoldsTheTargetWithoutTrippingIt) {
   EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
 }
 
-TEST_F(EngineTest, RateLimitHoldIsCappedAtSixtySecondsAndDefaultsToThePolicyHold) {
+TEST_F(EngineTest, RateLimitHoldLastsUpToMaxHoldAndDefaultsToThePolicyHold) {
   TwoTargetChain();
   OutcomeFacts f = Http(429);
-  f.retry_after = absl::Hours(1);
-  Report(Pick("assistant-llm").decision_id, "argus-llm", f);
-  now_ += absl::Seconds(60);
+  f.retry_after = absl::Seconds(60);  // exactly rate_limit.max_hold: still a hold
+  ReportResult r = Report(Pick("assistant-llm").decision_id, "argus-llm", f);
+  EXPECT_EQ(r.target_health, HealthState::kUnknown);
+  now_ += absl::Seconds(59);
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "gemma-local");
+  now_ += absl::Seconds(1);
   EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
-  Report(Pick("assistant-llm").decision_id, "argus-llm", Http(429));  // no Retry-After: 10s
+  Report(Pick("assistant-llm").decision_id, "argus-llm", Http(429));  // no reset time: 10s
   now_ += absl::Seconds(10);
   EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+}
+
+// DESIGN 3.2: a per-day quota is not retried every minute.
+TEST_F(EngineTest, ARateLimitThatResetsAfterMaxHoldTakesTheTargetDownUntilTheReset) {
+  for (RateLimitMode mode : {RateLimitMode::kFailover, RateLimitMode::kWait}) {
+    Policy p;
+    p.rate_limit_on = mode;
+    const std::string chain = mode == RateLimitMode::kWait ? "waits" : "moves";
+    ApplyOk({Target(chain + "-a"), Target(chain + "-b")}, {Chain(chain, {chain + "-a", chain + "-b"}, p)});
+    OutcomeFacts f = Http(429, "You have reached your daily request limit");
+    f.retry_after = absl::Hours(3);
+    const absl::Time reported = now_;
+    ReportResult r = Report(Pick(chain).decision_id, chain + "-a", f);
+    EXPECT_EQ(r.reason, Reason::kRateLimit);
+    EXPECT_FALSE(r.counted);
+    EXPECT_EQ(r.target_health, HealthState::kDown);
+    EXPECT_EQ(r.verdict, Verdict::kTryNext);  // never "wait three hours"
+    EXPECT_THAT(engine_.GetTarget(chain + "-a")->status.reason, HasSubstr("resets in 3h"));
+    // No health check before the reset; one right at it.
+    auto offered = [&](absl::Time at) {
+      ProbeRequest req;
+      req.prober_id = "p";
+      ProbeResponse resp;
+      EXPECT_TRUE(engine_.Probe(req, at, &resp, nullptr).ok());
+      for (const ProbeTask& t : resp.tasks) {
+        if (t.target->config.name == chain + "-a") return true;
+      }
+      return false;
+    };
+    EXPECT_FALSE(offered(reported + absl::Hours(3) - absl::Seconds(1)));
+    EXPECT_TRUE(offered(reported + absl::Hours(3)));
+  }
+}
+
+TEST_F(EngineTest, ATargetCanAllowLongerRateLimitHolds) {
+  TargetConfig a = Target("a");
+  a.health = HealthPolicy();
+  a.health->rate_limit_max_hold = absl::Hours(4);
+  ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
+  OutcomeFacts f = Http(429);
+  f.retry_after = absl::Hours(3);
+  ReportResult r = Report(Pick("ch").decision_id, "a", f);
+  EXPECT_EQ(r.target_health, HealthState::kUnknown);  // held, not down
+  now_ += absl::Hours(3) - absl::Seconds(1);
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "b");
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
 }
 
 TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {

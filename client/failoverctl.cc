@@ -18,6 +18,7 @@
 #include "client/connection.h"
 #include "client/format.h"
 #include "client/probe_agent.h"
+#include "client/upstream_failure.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -310,7 +311,8 @@ int Pick(Ctl& ctl, const std::string& chain, uint64_t body_bytes, const std::vec
 }
 
 struct ReportFlags {
-  std::string decision, chain, target, message, error_code, transport, phase = "before_response";
+  std::string decision, chain, target, message, error_code, transport, phase = "before_response", body;
+  std::vector<std::string> headers;  // "Name: value"
   uint32_t attempt = 1, http_status = 0;
   int grpc_code = 0;
   double retry_after = 0;
@@ -327,6 +329,18 @@ int Report(Ctl& ctl, const ReportFlags& f) {
     req.mutable_success();
   } else {
     v1::Failure* fail = req.mutable_failure();
+    if (!f.headers.empty() || !f.body.empty()) {
+      // The raw reply, as a caller's helper sends it: failoverd reads it.
+      std::vector<std::pair<std::string, std::string>> headers;
+      for (const std::string& h : f.headers) {
+        const size_t colon = h.find(':');
+        if (colon == std::string::npos || colon == 0) {
+          return Usage(absl::StrCat("--header: expected \"Name: value\", got \"", h, "\""));
+        }
+        headers.emplace_back(h.substr(0, colon), std::string(absl::StripAsciiWhitespace(h.substr(colon + 1))));
+      }
+      *fail = failover::client::FailureFromResponse(f.http_status, headers, f.body);
+    }
     fail->set_http_status(f.http_status);
     fail->set_grpc_code(f.grpc_code);
     fail->set_message(f.message);
@@ -462,19 +476,24 @@ int main(int argc, char** argv) {
   ReportFlags rf;
   CLI::App* report = app.add_subcommand("report", "Report an attempt's outcome, as a caller would (debugging)")
                          ->footer("Examples:\n  failoverctl report --decision D --target argus-llm --http-status 503 --message overloaded\n"
-                                  "  failoverctl report --chain assistant-llm --target argus-llm --success");
+                                  "  failoverctl report --chain assistant-llm --target argus-llm --success\n"
+                                  "  failoverctl report --chain chat --target openai/gpt-4o --status 429 \\\n"
+                                  "    --header 'x-ratelimit-reset-requests: 20s' \\\n"
+                                  "    --body '{\"error\":{\"code\":\"insufficient_quota\",\"message\":\"You exceeded your current quota\"}}'");
   report->add_option("--decision", rf.decision, "Decision id from pick");
   report->add_option("--chain", rf.chain, "Chain (when there is no decision id)");
   report->add_option("--target", rf.target, "Target that was tried")->required();
   report->add_option("--attempt", rf.attempt, "Attempt number")->capture_default_str();
   report->add_flag("--success", rf.success, "The attempt succeeded");
-  report->add_option("--http-status", rf.http_status, "HTTP status of the failure");
+  report->add_option("--http-status,--status", rf.http_status, "HTTP status of the failure");
   report->add_option("--grpc-code", rf.grpc_code, "gRPC code of the failure (1..16)");
   report->add_option("--transport", rf.transport, "connect_refused, dns, reset, tls or timeout");
   report->add_option("--message", rf.message, "Upstream error message");
   report->add_option("--error-code", rf.error_code, "Upstream error code");
   report->add_option("--retry-after", rf.retry_after, "Seconds from Retry-After");
   report->add_option("--phase", rf.phase, "before_response, after_first_byte or after_side_effect")->capture_default_str();
+  report->add_option("--header", rf.headers, "A header of the upstream's reply, \"Name: value\" (repeat it)");
+  report->add_option("--body", rf.body, "The upstream's reply body, as received (failoverd reads its error)");
 
   failover::client::ProbeAgentOptions agent;
   CLI::App* probe_agent =
@@ -510,8 +529,10 @@ int main(int argc, char** argv) {
   if (*watch) return Watch(ctl, chains, targets, max_events, after);
   if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
   if (*report) {
-    if (!rf.success && rf.http_status == 0 && rf.grpc_code == 0 && rf.transport.empty() && rf.message.empty()) {
-      return Usage("report: give --success or the facts of the failure (--http-status, --grpc-code, --transport, --message)");
+    if (!rf.success && rf.http_status == 0 && rf.grpc_code == 0 && rf.transport.empty() && rf.message.empty() &&
+        rf.body.empty()) {
+      return Usage("report: give --success or the facts of the failure (--status, --header, --body, or --grpc-code, "
+                   "--transport, --message)");
     }
     return Report(ctl, rf);
   }

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "client/upstream_failure.h"
 #include "yaml-cpp/yaml.h"
 
 namespace failover::client {
@@ -18,6 +20,17 @@ namespace {
 
 size_t Collect(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// Keeps the reply's headers that carry reset times ("Name: value\r\n" lines).
+size_t CollectHeader(char* data, size_t size, size_t n, void* out) {
+  const absl::string_view line(data, size * n);
+  const size_t colon = line.find(':');
+  if (colon != absl::string_view::npos && IsResetHeader(line.substr(0, colon))) {
+    static_cast<std::vector<std::pair<std::string, std::string>>*>(out)->emplace_back(
+        std::string(line.substr(0, colon)), std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
+  }
   return size * n;
 }
 
@@ -103,6 +116,9 @@ v1::ProbeResult CheckOpenAiTarget(const v1::ProbeTask& task) {
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  std::vector<std::pair<std::string, std::string>> reply_headers;
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, CollectHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &reply_headers);
   const auto start = std::chrono::steady_clock::now();
   const CURLcode code = curl_easy_perform(curl);
   long status = 0;
@@ -118,13 +134,11 @@ v1::ProbeResult CheckOpenAiTarget(const v1::ProbeTask& task) {
     result.mutable_failure()->set_transport_error(TransportFor(code));
     return result;
   }
-  if (status == 429) {
-    result.set_outcome(v1::PROBE_OUTCOME_THROTTLED);
-    return result;
-  }
   if (status < 200 || status >= 300) {
-    fail(body.substr(0, 300));
-    result.mutable_failure()->set_http_status(static_cast<uint32_t>(status));
+    // The raw reply, as every caller's helper sends it: failoverd classifies
+    // it (a plain 429 rate limit counts as THROTTLED; an exhausted quota fails).
+    result.set_outcome(v1::PROBE_OUTCOME_FAIL);
+    *result.mutable_failure() = FailureFromResponse(static_cast<uint32_t>(status), reply_headers, body);
     return result;
   }
   if (!recovery && !ListsModel(body, task.upstream_model())) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Python or Node example against the real failoverd binary.
-# usage: examples_test.sh python|node FAILOVERD_BINARY
+# Runs the Python or Node example, or the provider error corpus through that
+# language's helper, against the real failoverd binary.
+# usage: examples_test.sh python|node|python-helpers|node-helpers FAILOVERD_BINARY
 set -euo pipefail
 lang="$1"
 failoverd="$2"
@@ -23,9 +24,18 @@ case "$lang" in
     "$root/examples/python/gen_stubs.sh"
     /usr/bin/python3 "$root/examples/python/demo.py" --server "$server"
     ;;
-  node)
+  python-helpers)
+    # Its own stubs dir: the example may be generating ./gen at the same time.
+    "$root/examples/python/gen_stubs.sh" "$work/gen"
+    FAILOVER_PY_GEN="$work/gen" /usr/bin/python3 "$root/tests/client_helpers/corpus_test.py" --server "$server"
+    ;;
+  node|node-helpers)
     # Installs the two pinned packages from npm on first use.
     (cd "$root/examples/node" && { [ -d node_modules/@grpc/grpc-js ] || npm install --no-audit --no-fund --loglevel=error; })
-    node "$root/examples/node/demo.js" --server "$server"
+    if [ "$lang" = node ]; then
+      node "$root/examples/node/demo.js" --server "$server"
+    else
+      node "$root/tests/client_helpers/corpus_test.js" --server "$server"
+    fi
     ;;
 esac

@@ -19,11 +19,45 @@ function connect(server) {
   };
 }
 
+// What failureFromResponse keeps of a reply: the headers with reset times and
+// at most 16 KiB of body; failoverd reads the provider's error code, message
+// and reset time from them.
+const MAX_BODY_BYTES = 16 * 1024;
+const MAX_HEADERS = 32;
+
+function isResetHeader(name) {
+  const lower = name.toLowerCase();
+  return lower === 'retry-after' || lower.startsWith('x-ratelimit-') || lower.startsWith('anthropic-ratelimit-');
+}
+
+// The Failure to report for an upstream's HTTP error reply. headers: a plain
+// object, a Map, fetch's Headers or [name, value] pairs; body: a string or a
+// Buffer, as received.
+function failureFromResponse(status, headers, body) {
+  const entries = headers instanceof Map || (headers && typeof headers.entries === 'function' && !Array.isArray(headers))
+    ? [...headers.entries()] : Array.isArray(headers) ? headers : Object.entries(headers || {});
+  const kept = {};
+  let count = 0;
+  for (const [name, value] of entries) {
+    const text = String(value);
+    if (!isResetHeader(name) || count >= MAX_HEADERS || name.length + text.length > 1024) continue;
+    kept[name.toLowerCase()] = text;
+    count++;
+  }
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(String(body ?? ''), 'utf8');
+  return {
+    http_status: status,
+    phase: 'PHASE_BEFORE_RESPONSE',
+    response: {headers: kept, body: bytes.subarray(0, MAX_BODY_BYTES)},
+  };
+}
+
 const call = (client, method, request) => new Promise((resolve, reject) =>
   client[method](request, (err, response) => (err ? reject(err) : resolve(response))));
 
 // Picks, attempts, reports and follows the verdict until DONE or FAIL.
-// callUpstream(attempt) resolves to {ok: true, result} or {ok: false, status, message}.
+// callUpstream(attempt) resolves to {ok: true, result}, or on failure to
+// {ok: false, failure} (see failureFromResponse) or {ok: false, status, message}.
 async function runRequest(decide, chain, callUpstream, bodyBytes = 0) {
   const plan = await call(decide, 'PickTarget', {chain, body_bytes: bodyBytes});
   let attempt = plan.attempts[0];
@@ -32,6 +66,8 @@ async function runRequest(decide, chain, callUpstream, bodyBytes = 0) {
     const report = {decision_id: plan.decision_id, chain, target: attempt.target, attempt: number};
     if (outcome.ok) {
       report.success = {};
+    } else if (outcome.failure) {
+      report.failure = outcome.failure;
     } else {
       report.failure = {http_status: outcome.status, message: outcome.message, phase: 'PHASE_BEFORE_RESPONSE'};
     }
@@ -56,4 +92,4 @@ function watch(decide, {chains = [], afterSequence} = {}) {
   return decide.WatchEvents(request);
 }
 
-module.exports = {connect, call, runRequest, watch};
+module.exports = {connect, call, runRequest, watch, failureFromResponse, isResetHeader};

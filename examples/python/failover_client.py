@@ -12,11 +12,43 @@ class UpstreamError(Exception):
     pass
 
 
+# What failover_from_response keeps of a reply: the headers with reset times,
+# and at most 16 KiB of body. failoverd reads the provider's error code,
+# message and reset time from them.
+MAX_BODY_BYTES = 16 * 1024
+MAX_HEADERS = 32
+
+
+def is_reset_header(name):
+    name = name.lower()
+    return name == "retry-after" or name.startswith(("x-ratelimit-", "anthropic-ratelimit-"))
+
+
+def failure_from_response(status, headers, body):
+    """The Failure to report for an upstream's HTTP error reply.
+
+    headers: a dict or (name, value) pairs, as any HTTP client gives them.
+    body: bytes or str, as received.
+    """
+    failure = decision_pb2.Failure(http_status=status, phase=decision_pb2.PHASE_BEFORE_RESPONSE)
+    pairs = headers.items() if hasattr(headers, "items") else headers
+    for name, value in pairs:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        if is_reset_header(name) and len(failure.response.headers) < MAX_HEADERS and len(name) + len(value) <= 1024:
+            failure.response.headers[name.lower()] = value
+    if isinstance(body, str):
+        body = body.encode("utf-8", "replace")
+    failure.response.body = bytes(body[:MAX_BODY_BYTES])
+    return failure
+
+
 def run_request(decide, chain, call_upstream, body_bytes=0):
     """Picks, attempts, reports and follows the verdict until DONE or FAIL.
 
-    call_upstream(attempt) returns (True, result) on success, or
-    (False, http_status, message) on failure. Returns (target, result).
+    call_upstream(attempt) returns (True, result) on success, or on failure
+    (False, failure) with a decision_pb2.Failure (see failure_from_response)
+    or (False, http_status, message). Returns (target, result).
     """
     plan = decide.PickTarget(decision_pb2.PickTargetRequest(chain=chain, body_bytes=body_bytes))
     attempt, number = plan.attempts[0], 1
@@ -26,6 +58,8 @@ def run_request(decide, chain, call_upstream, body_bytes=0):
                                                    target=attempt.target, attempt=number)
         if outcome[0]:
             report.success.SetInParent()
+        elif isinstance(outcome[1], decision_pb2.Failure):
+            report.failure.CopyFrom(outcome[1])
         else:
             report.failure.http_status = outcome[1]
             report.failure.message = outcome[2]

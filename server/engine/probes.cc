@@ -57,8 +57,15 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
       ++response->ignored;
       return true;
     }
+    // A probe that met a plain rate limit learned nothing about health: as
+    // THROTTLED. (An exhausted quota or an overload is a failed check.)
+    static const FailoverRules* const kDefaultRules = new FailoverRules();
+    const ProbeOutcome outcome =
+        result.outcome == ProbeOutcome::kFail && kDefaultRules->Classify(result.facts).reason == Reason::kRateLimit
+            ? ProbeOutcome::kThrottled
+            : result.outcome;
     bool would_change = false;
-    switch (result.outcome) {
+    switch (outcome) {
       case ProbeOutcome::kPass: would_change = rt.health.PassWouldChange(*t->health, rt.lease_recovery); break;
       case ProbeOutcome::kNotLoaded: would_change = warm_local && rt.health.PassWouldChange(*t->health, false); break;
       case ProbeOutcome::kThrottled: break;
@@ -71,7 +78,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     ++response->accepted;
     rt.last_probe = now;
     const HealthState before = rt.Effective();
-    switch (result.outcome) {
+    switch (outcome) {
       case ProbeOutcome::kPass:
         if (may_transition) changed = rt.health.OnPass(*t->health, now, /*strong=*/rt.lease_recovery, &tr);
         break;

@@ -118,6 +118,24 @@ TEST_F(FailoverctlTest, PickAndReportForDebugging) {
   EXPECT_THAT(report.out, HasSubstr("verdict done"));
 }
 
+// The raw form: what the upstream sent, as a caller's helper relays it.
+TEST_F(FailoverctlTest, ReportTakesTheUpstreamsRawReply) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  CommandResult quota = Ctl({"report", "--chain", "assistant-llm", "--target", "argus-llm", "--status", "429",
+                             "--header", "x-ratelimit-reset-requests: 20s", "--body",
+                             R"({"error":{"message":"You exceeded your current quota, please check your plan and )"
+                             R"(billing details.","type":"insufficient_quota","code":"insufficient_quota"}})"});
+  ASSERT_EQ(quota.exit_code, 0) << quota.err;
+  EXPECT_THAT(quota.out, HasSubstr("reason billing"));
+  EXPECT_THAT(quota.out, HasSubstr("target argus-llm down"));
+  CommandResult limited = Ctl({"report", "--chain", "assistant-llm", "--target", "gemma-local", "--status", "429",
+                               "--header", "Retry-After: 7", "--body", R"({"message":"Requests rate limit exceeded"})"});
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_THAT(limited.out, HasSubstr("reason rate_limit"));
+  EXPECT_GT(Target("gemma-local").status().held_until().seconds(), 0);
+  EXPECT_EQ(Ctl({"report", "--target", "argus-llm", "--status", "500", "--header", "no colon"}).exit_code, 2);
+}
+
 TEST_F(FailoverctlTest, ExitCodes) {
   ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
   EXPECT_EQ(Ctl({"get", "chains"}).exit_code, 0);

@@ -191,6 +191,20 @@ TEST_F(ProbeTest, ThrottledChangesNothing) {
   EXPECT_EQ(Health("remote"), HealthState::kUnknown);
 }
 
+// The probe agent relays a failed check's raw reply; failoverd classifies it.
+TEST_F(ProbeTest, AFailedCheckThatMetARateLimitCountsAsThrottledButAnExhaustedQuotaFails) {
+  ProbeResult limited = Result(TaskFor("remote"), ProbeOutcome::kFail, 429);
+  limited.facts.message = "Rate limit reached for requests";
+  EXPECT_EQ(Call({limited}).accepted, 1u);
+  EXPECT_EQ(Health("remote"), HealthState::kUnknown);
+  now_ += absl::Minutes(1);  // the next check is due
+  ProbeResult quota = Result(TaskFor("remote"), ProbeOutcome::kFail, 429);
+  quota.facts.error_code = "insufficient_quota";
+  quota.facts.message = "You exceeded your current quota, please check your plan and billing details.";
+  EXPECT_EQ(Call({quota}).accepted, 1u);
+  EXPECT_EQ(Health("remote"), HealthState::kDown);
+}
+
 TEST_F(ProbeTest, NotLoadedIsALivenessPassForAWarmLocalTarget) {
   ProbeTask task = TaskFor("warm-local");
   Call({Result(task, ProbeOutcome::kNotLoaded)});

@@ -30,6 +30,15 @@ int main(int argc, char** argv) {
   report_long.mutable_failure()->set_message(long_message);
   report_long.set_target("a");
   report_long.set_chain("ch");
+  // An upstream's raw reply, as the client helpers relay it.
+  v1::ReportOutcomeRequest report_raw = report_long;
+  report_raw.mutable_failure()->clear_message();
+  report_raw.mutable_failure()->set_http_status(429);
+  (*report_raw.mutable_failure()->mutable_response()->mutable_headers())["x-ratelimit-reset-requests"] = "6m0s";
+  (*report_raw.mutable_failure()->mutable_response()->mutable_headers())["retry-after"] = "Wed, 02 Dec 2026 12:00:00 GMT";
+  report_raw.mutable_failure()->mutable_response()->set_body(
+      R"([{"error":{"code":429,"message":"exceeded your current quota","status":"RESOURCE_EXHAUSTED",)"
+      R"("details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"38s"}]}}])");
   v1::ProbeRequest probe;
   probe.set_prober_id("agent");
   probe.set_max_tasks(4);
@@ -77,6 +86,7 @@ int main(int argc, char** argv) {
 
   const std::pair<std::string, const google::protobuf::Message*> seeds[] = {
       {"PickTarget", &pick},       {"ReportOutcome", &report},     {"ReportOutcome-long-utf8", &report_long},
+      {"ReportOutcome-raw-reply", &report_raw},
       {"Probe", &probe},
       {"WatchEvents", &watch},     {"Apply", &apply},              {"GetTarget", &get_target},
       {"ListTargets", &list_targets}, {"DeleteTarget", &delete_target}, {"GetChain", &get_chain},

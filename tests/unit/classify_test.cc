@@ -153,6 +153,24 @@ TEST(ClassifyTest, RetryOnStatusesReplacesTheDefaults) {
   EXPECT_EQ(rules->Classify(Http(429)).reason, Reason::kRateLimit);
 }
 
+// The provider's code names the reason; a chain's own lists still decide
+// whether the request moves on.
+TEST(ClassifyTest, APolicysListsStillDecideWhetherAProviderErrorMovesOn) {
+  OutcomeFacts quota = Http(429, "You exceeded your current quota, please check your plan and billing details.");
+  quota.error_code = "insufficient_quota";
+  EXPECT_EQ(FailoverRules().Classify(quota).reason, Reason::kBilling);
+  EXPECT_TRUE(FailoverRules().Classify(quota).moves_on);
+  auto rules = Compile({"408", "5xx"}, {});
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  const Classification c = rules->Classify(quota);
+  EXPECT_EQ(c.reason, Reason::kBilling);
+  EXPECT_TRUE(c.counts);
+  EXPECT_FALSE(c.moves_on);  // 429 is not on this chain's list: returned to the client
+  auto phrases = Compile({"5xx"}, {"current quota"});
+  ASSERT_TRUE(phrases.ok());
+  EXPECT_TRUE(phrases->Classify(quota).moves_on);
+}
+
 TEST(ClassifyTest, PhraseNeedsEveryWordAndNumericWordsConstrainTheStatus) {
   auto rules = Compile({"5xx"}, {"404 deprecated", "upstream failed"});
   ASSERT_TRUE(rules.ok());

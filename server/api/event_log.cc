@@ -95,9 +95,13 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
   return std::vector<Event>(out.rbegin(), out.rend());
 }
 
-std::optional<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
+absl::StatusOr<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (watchers_.size() >= max_watchers) return std::nullopt;
+  if (closed_) return absl::UnavailableError("failoverd is shutting down; watch again once it is back");
+  if (watchers_.size() >= max_watchers) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("watchers: at most ", max_watchers, " WatchEvents streams at once (--max-watchers)"));
+  }
   watchers_.push_back(w);
   return last_sequence_;
 }
@@ -109,6 +113,7 @@ void EventLog::Unsubscribe(Watcher* w) {
 
 void EventLog::CloseWatchers() {
   std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
   for (Watcher* w : watchers_) w->Close();
 }
 

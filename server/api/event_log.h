@@ -3,6 +3,8 @@
 // kept in a bounded in-memory list for ListEvents, and handed to watchers.
 #pragma once
 
+#include "absl/status/statusor.h"
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -41,11 +43,13 @@ class EventLog {
     virtual void Close() = 0;
   };
   // Registers `w`; every event after the returned sequence reaches it.
-  // nullopt when `max_watchers` are already subscribed.
-  std::optional<uint64_t> Subscribe(Watcher* w, size_t max_watchers);
+  // RESOURCE_EXHAUSTED when `max_watchers` are already subscribed, UNAVAILABLE
+  // once CloseWatchers ran (a stream that opens during shutdown builds no
+  // snapshot: the exit stays within the grace).
+  absl::StatusOr<uint64_t> Subscribe(Watcher* w, size_t max_watchers);
   void Unsubscribe(Watcher* w);
   size_t watcher_count() const;
-  // Ends every watcher's stream (shutdown).
+  // Ends every watcher's stream and refuses new ones (shutdown).
   void CloseWatchers();
 
   // The newest `limit` events that `match` accepts, oldest first.
@@ -58,6 +62,7 @@ class EventLog {
  private:
   const size_t keep_recent_;
   mutable std::mutex mu_;
+  bool closed_ = false;  // guarded by mu_
   uint64_t last_sequence_ ABSL_GUARDED_BY(mu_);
   std::deque<Event> recent_ ABSL_GUARDED_BY(mu_);
   std::vector<Watcher*> watchers_ ABSL_GUARDED_BY(mu_);

@@ -43,12 +43,10 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   }
   // Subscribe first: every event after `last` arrives live; older ones come
   // from the stored log or are summed up in the snapshot.
-  const std::optional<uint64_t> subscribed = ctx_.events->Subscribe(this, options_.max_watchers);
-  if (!subscribed) {
+  const absl::StatusOr<uint64_t> subscribed = ctx_.events->Subscribe(this, options_.max_watchers);
+  if (!subscribed.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
-    return FinishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                     absl::StrCat("watchers: at most ", options_.max_watchers,
-                                                  " WatchEvents streams at once (--max-watchers)")));
+    return FinishLocked(ToGrpcStatus(subscribed.status()));
   }
   const uint64_t last = *subscribed;
   subscribed_ = true;

@@ -134,7 +134,7 @@ class RefusedWriteTest : public ::testing::Test {
     // Watchers get a Change just after its caller is answered: let the config's arrive first.
     const uint64_t config_last = applied->events.back().sequence;
     EXPECT_TRUE(testing::Eventually([&] { return events_.last_sequence() == config_last; }));
-    events_.Subscribe(&watcher_, 10);
+    EXPECT_TRUE(events_.Subscribe(&watcher_, 10).ok());
   }
   ~RefusedWriteTest() override {
     events_.Unsubscribe(&watcher_);

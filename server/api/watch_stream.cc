@@ -4,6 +4,7 @@
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
+#include "server/committer/committer.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -41,6 +42,9 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
       return FinishLocked(ToGrpcStatus(s));
     }
   }
+  // What was answered before this call opened is published first, so its
+  // events are in the snapshot and not also live after it.
+  if (ctx_.committer != nullptr) ctx_.committer->AwaitPublished(absl::Seconds(2));
   // Subscribe first: every event after `last` arrives live; older ones come
   // from the stored log or are summed up in the snapshot.
   const absl::StatusOr<uint64_t> subscribed = ctx_.events->Subscribe(this, options_.max_watchers);

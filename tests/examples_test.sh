@@ -2,10 +2,19 @@
 # Runs the Python or Node example, or the provider error corpus through that
 # language's helper, against the real failoverd binary.
 # usage: examples_test.sh python|node|python-helpers|node-helpers FAILOVERD_BINARY
+#        examples_test.sh node-install   (ctest runs it once, before both Node tests)
 set -euo pipefail
 lang="$1"
-failoverd="$2"
 root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "$lang" = node-install ]; then
+  # Installs the two pinned packages from npm on first use. A separate step so
+  # that two Node tests never see one half-installed node_modules.
+  cd "$root/examples/node"
+  [ -f node_modules/@grpc/grpc-js/package.json ] && [ -f node_modules/@grpc/proto-loader/package.json ] ||
+    npm ci --no-audit --no-fund --loglevel=error
+  exit 0
+fi
+failoverd="$2"
 work=$(mktemp -d)
 pid=""
 cleanup() {
@@ -30,8 +39,6 @@ case "$lang" in
     FAILOVER_PY_GEN="$work/gen" /usr/bin/python3 "$root/tests/client_helpers/corpus_test.py" --server "$server"
     ;;
   node|node-helpers)
-    # Installs the two pinned packages from npm on first use.
-    (cd "$root/examples/node" && { [ -d node_modules/@grpc/grpc-js ] || npm install --no-audit --no-fund --loglevel=error; })
     if [ "$lang" = node ]; then
       node "$root/examples/node/demo.js" --server "$server"
     else

@@ -173,7 +173,12 @@ TEST_F(WatchTest, ResumeFromBeyondTheRetainedLogGetsAResyncSnapshot) {
 TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
   StartServer({"--watch-queue", "4"});
   TwoChains();
-  Watch slow = Open(v1::WatchEventsRequest());  // opened, never read until the end
+  // Read up to its opening snapshot (so it is subscribed before the burst),
+  // then not again until the end.
+  Watch slow = Open(v1::WatchEventsRequest());
+  v1::Event opening;
+  ASSERT_TRUE(slow.reader->Read(&opening));
+  ASSERT_TRUE(opening.has_snapshot());
   v1::WatchEventsRequest only_two;
   only_two.add_chains("two");
   Watch other = Open(only_two);
@@ -189,8 +194,8 @@ TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
   Report(plan.decision_id(), "c", 500);
   auto got = ReadUntil(other, [](const v1::Event& e) { return e.has_chain_switched(); });
   EXPECT_EQ(got.back().chain_switched().to_target(), "d");
-  // The slow one: its opening snapshot, then (queue dropped) a resync snapshot
-  // that already shows the 40 new targets.
+  // The slow one: (queue dropped) a resync snapshot that already shows the
+  // 40 new targets.
   auto events = ReadUntil(slow, [](const v1::Event& e) { return e.has_snapshot() && e.snapshot().resync(); });
   ASSERT_FALSE(events.empty());
   ASSERT_TRUE(events.back().has_snapshot());

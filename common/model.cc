@@ -74,7 +74,8 @@ bool ParseReason(const std::string& name, Reason* out) {
 
 bool Policy::operator==(const Policy& o) const {
   auto tie = [](const Policy& p) {
-    return std::tie(p.probe_interval, p.probe_timeout, p.trip_errors, p.trip_window, p.recovery_probes,
+    return std::tie(p.probe_interval, p.probe_timeout, p.trip_errors, p.trip_window, p.trip_failure_rate,
+                    p.trip_min_calls, p.trip_slow_call_duration, p.trip_slow_call_rate, p.recovery_probes,
                     p.recovery_min_dwell, p.backoff_factor, p.backoff_steps, p.backoff_max,
                     p.backoff_reset_after, p.rate_limit_on, p.rate_limit_hold, p.rate_limit_max_hold, p.max_attempts,
                     p.max_replay_bytes, p.retry_on_statuses, p.retry_on_errors, p.same_target_retries);
@@ -88,6 +89,10 @@ HealthPolicy HealthPolicy::Of(const Policy& p) {
   h.probe_timeout = p.probe_timeout;
   h.trip_errors = p.trip_errors;
   h.trip_window = p.trip_window;
+  h.trip_failure_rate = p.trip_failure_rate;
+  h.trip_min_calls = p.trip_min_calls;
+  h.trip_slow_call_duration = p.trip_slow_call_duration;
+  h.trip_slow_call_rate = p.trip_slow_call_rate;
   h.recovery_probes = p.recovery_probes;
   h.recovery_min_dwell = p.recovery_min_dwell;
   h.backoff_factor = p.backoff_factor;
@@ -105,6 +110,10 @@ Policy HealthPolicy::AsPolicy() const {
   p.probe_timeout = probe_timeout;
   p.trip_errors = trip_errors;
   p.trip_window = trip_window;
+  p.trip_failure_rate = trip_failure_rate;
+  p.trip_min_calls = trip_min_calls;
+  p.trip_slow_call_duration = trip_slow_call_duration;
+  p.trip_slow_call_rate = trip_slow_call_rate;
   p.recovery_probes = recovery_probes;
   p.recovery_min_dwell = recovery_min_dwell;
   p.backoff_factor = backoff_factor;
@@ -132,6 +141,10 @@ std::vector<HealthPolicy::Difference> HealthPolicy::Differences(const HealthPoli
   compare("probe.timeout", probe_timeout, o.probe_timeout);
   compare("trip.errors", trip_errors, o.trip_errors);
   compare("trip.window", trip_window, o.trip_window);
+  compare("trip.failure_rate", trip_failure_rate, o.trip_failure_rate);
+  compare("trip.min_calls", trip_min_calls, o.trip_min_calls);
+  compare("trip.slow_call.duration", trip_slow_call_duration, o.trip_slow_call_duration);
+  compare("trip.slow_call.rate", trip_slow_call_rate, o.trip_slow_call_rate);
   compare("recovery.probes", recovery_probes, o.recovery_probes);
   compare("recovery.min_dwell", recovery_min_dwell, o.recovery_min_dwell);
   compare("backoff.factor", backoff_factor, o.backoff_factor);

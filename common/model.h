@@ -58,8 +58,15 @@ bool ParseReason(const std::string& name, Reason* out);
 struct Policy {
   absl::Duration probe_interval = absl::Seconds(15);
   absl::Duration probe_timeout = absl::Seconds(5);
-  uint32_t trip_errors = 1;
+  uint32_t trip_errors = 1;  // 0 = off (only with a rate below)
   absl::Duration trip_window = absl::Seconds(30);
+  // Rate trips, in percent (0 = off): counted failures, or successes slower
+  // than trip_slow_call_duration, as a share of the outcomes in the window
+  // once there are at least trip_min_calls of them.
+  double trip_failure_rate = 0;
+  uint32_t trip_min_calls = 10;
+  absl::Duration trip_slow_call_duration = absl::ZeroDuration();
+  double trip_slow_call_rate = 0;
   uint32_t recovery_probes = 3;
   absl::Duration recovery_min_dwell = absl::Seconds(60);
   double backoff_factor = 1.0;
@@ -78,6 +85,9 @@ struct Policy {
   // Same-target retries by reason; reasons not listed keep their default.
   std::map<Reason, uint32_t> same_target_retries;
 
+  bool HasRateTrip() const {
+    return trip_failure_rate > 0 || trip_slow_call_rate > 0 || trip_slow_call_duration > absl::ZeroDuration();
+  }
   bool operator==(const Policy& o) const;
   bool operator!=(const Policy& o) const { return !(*this == o); }
 };
@@ -90,8 +100,15 @@ struct Policy {
 struct HealthPolicy {
   absl::Duration probe_interval = absl::Seconds(15);
   absl::Duration probe_timeout = absl::Seconds(5);
-  uint32_t trip_errors = 1;
+  uint32_t trip_errors = 1;  // 0 = off (only with a rate below)
   absl::Duration trip_window = absl::Seconds(30);
+  // Rate trips, in percent (0 = off): counted failures, or successes slower
+  // than trip_slow_call_duration, as a share of the outcomes in the window
+  // once there are at least trip_min_calls of them.
+  double trip_failure_rate = 0;
+  uint32_t trip_min_calls = 10;
+  absl::Duration trip_slow_call_duration = absl::ZeroDuration();
+  double trip_slow_call_rate = 0;
   uint32_t recovery_probes = 3;
   absl::Duration recovery_min_dwell = absl::Seconds(60);
   double backoff_factor = 1.0;

@@ -27,7 +27,18 @@ absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view pa
                                                         out.probe_interval, probe + ".interval"));
   ASSIGN_OR_RETURN(out.probe_timeout, OptionalDuration(p.probe().has_timeout(), p.probe().timeout(),
                                                        out.probe_timeout, probe + ".timeout"));
-  if (p.trip().errors() != 0) out.trip_errors = p.trip().errors();
+  out.trip_failure_rate = p.trip().failure_rate();
+  if (p.trip().min_calls() != 0) out.trip_min_calls = p.trip().min_calls();
+  ASSIGN_OR_RETURN(out.trip_slow_call_duration,
+                   OptionalDuration(p.trip().slow_call().has_duration(), p.trip().slow_call().duration(),
+                                    out.trip_slow_call_duration, absl::StrCat(path, ".trip.slow_call.duration")));
+  out.trip_slow_call_rate = p.trip().slow_call().rate();
+  // errors unset: 1, or off when a rate trips the target instead.
+  if (p.trip().errors() != 0) {
+    out.trip_errors = p.trip().errors();
+  } else if (out.HasRateTrip()) {
+    out.trip_errors = 0;
+  }
   ASSIGN_OR_RETURN(out.trip_window, OptionalDuration(p.trip().has_window(), p.trip().window(), out.trip_window,
                                                      absl::StrCat(path, ".trip.window")));
   if (p.recovery().probes() != 0) out.recovery_probes = p.recovery().probes();
@@ -76,6 +87,14 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   DurationToProto(p.probe_timeout, out->mutable_probe()->mutable_timeout());
   out->mutable_trip()->set_errors(p.trip_errors);
   DurationToProto(p.trip_window, out->mutable_trip()->mutable_window());
+  if (p.HasRateTrip()) {
+    out->mutable_trip()->set_failure_rate(p.trip_failure_rate);
+    out->mutable_trip()->set_min_calls(p.trip_min_calls);
+    if (p.trip_slow_call_duration > absl::ZeroDuration() || p.trip_slow_call_rate > 0) {
+      DurationToProto(p.trip_slow_call_duration, out->mutable_trip()->mutable_slow_call()->mutable_duration());
+      out->mutable_trip()->mutable_slow_call()->set_rate(p.trip_slow_call_rate);
+    }
+  }
   out->mutable_recovery()->set_probes(p.recovery_probes);
   DurationToProto(p.recovery_min_dwell, out->mutable_recovery()->mutable_min_dwell());
   out->mutable_backoff()->set_factor(p.backoff_factor);

@@ -25,6 +25,10 @@ void EncodePolicy(const Policy& p, PolicyRecord* r) {
   r->set_probe_timeout_nanos(DurationToNanos(p.probe_timeout));
   r->set_trip_errors(p.trip_errors);
   r->set_trip_window_nanos(DurationToNanos(p.trip_window));
+  r->set_trip_failure_rate(p.trip_failure_rate);
+  r->set_trip_min_calls(p.trip_min_calls);
+  r->set_trip_slow_call_duration_nanos(DurationToNanos(p.trip_slow_call_duration));
+  r->set_trip_slow_call_rate(p.trip_slow_call_rate);
   r->set_recovery_probes(p.recovery_probes);
   r->set_recovery_min_dwell_nanos(DurationToNanos(p.recovery_min_dwell));
   r->set_backoff_factor(p.backoff_factor);
@@ -47,6 +51,10 @@ bool DecodePolicy(const PolicyRecord& r, Policy* out) {
   p.probe_timeout = DurationFromNanos(r.probe_timeout_nanos());
   p.trip_errors = r.trip_errors();
   p.trip_window = DurationFromNanos(r.trip_window_nanos());
+  p.trip_failure_rate = r.trip_failure_rate();
+  if (r.trip_min_calls() != 0) p.trip_min_calls = r.trip_min_calls();
+  p.trip_slow_call_duration = DurationFromNanos(r.trip_slow_call_duration_nanos());
+  p.trip_slow_call_rate = r.trip_slow_call_rate();
   p.recovery_probes = r.recovery_probes();
   p.recovery_min_dwell = DurationFromNanos(r.recovery_min_dwell_nanos());
   p.backoff_factor = r.backoff_factor();

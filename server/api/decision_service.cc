@@ -146,6 +146,13 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   report.chain = req.chain();
   report.target = req.target();
   report.attempt = req.attempt();
+  if (req.has_latency()) {
+    ASSIGN_OR_RETURN(report.latency, DurationFromProto(req.latency(), "latency"));
+    if (report.latency < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("latency: must not be negative, got ", absl::FormatDuration(report.latency)));
+    }
+  }
   switch (req.result_case()) {
     case ReportOutcomeRequest::kSuccess: report.facts.success = true; break;
     case ReportOutcomeRequest::kFailure: {

@@ -144,7 +144,16 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
     return Read(pw, m, "timeout", &p.probe_timeout, Duration);
   }));
   RETURN_IF_ERROR(Field(w, n, "trip", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
-    RETURN_IF_ERROR(CheckKeys(pw, m, {"errors", "window"}));
+    RETURN_IF_ERROR(CheckKeys(pw, m, {"errors", "window", "failure_rate", "min_calls", "slow_call"}));
+    RETURN_IF_ERROR(Read(pw, m, "failure_rate", &p.trip_failure_rate, Number));
+    RETURN_IF_ERROR(Read(pw, m, "min_calls", &p.trip_min_calls, Unsigned32));
+    RETURN_IF_ERROR(Field(pw, m, "slow_call", [&](const Where& sw, const YAML::Node& s) -> absl::Status {
+      RETURN_IF_ERROR(CheckKeys(sw, s, {"duration", "rate"}));
+      RETURN_IF_ERROR(Read(sw, s, "duration", &p.trip_slow_call_duration, Duration));
+      return Read(sw, s, "rate", &p.trip_slow_call_rate, Number);
+    }));
+    // A rate alone trips the target; trip.errors counts only when given.
+    if (p.HasRateTrip() && !m["errors"]) p.trip_errors = 0;
     RETURN_IF_ERROR(Read(pw, m, "errors", &p.trip_errors, Unsigned32));
     return Read(pw, m, "window", &p.trip_window, Duration);
   }));

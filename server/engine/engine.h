@@ -203,6 +203,7 @@ struct ReportRequest {
   std::string target;
   uint32_t attempt = 0;
   OutcomeFacts facts;
+  absl::Duration latency = absl::ZeroDuration();  // the attempt's, as the caller measured it; zero = not given
 };
 
 struct ReportResult {

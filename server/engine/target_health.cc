@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace failover {
 namespace {
@@ -18,12 +19,47 @@ uint64_t Mix(uint64_t x) {
 }
 
 
+// "33.3%": one decimal is enough to read a rate.
+std::string Percent(double v) { return absl::StrFormat("%.3g%%", v); }
+
 }  // namespace
+
+int64_t OutcomeWindow::IndexOf(absl::Duration window, absl::Time now) {
+  const absl::Duration width = std::max(window / kSlices, absl::Nanoseconds(1));
+  absl::Duration rem;
+  return absl::IDivDuration(now - absl::UnixEpoch(), width, &rem);
+}
+
+void OutcomeWindow::Add(absl::Duration window, absl::Time now, bool failed, bool slow) {
+  const int64_t index = IndexOf(window, now);
+  Slice& slice = slices_[static_cast<size_t>(((index % kSlices) + kSlices) % kSlices)];
+  if (slice.index != index) slice = Slice{index, {}};
+  ++slice.totals.calls;
+  slice.totals.failures += failed;
+  slice.totals.slow += slow;
+}
+
+OutcomeWindow::Totals OutcomeWindow::Sum(absl::Duration window, absl::Time now) const {
+  const int64_t index = IndexOf(window, now);
+  Totals t;
+  for (const Slice& s : slices_) {
+    if (s.index > index - kSlices && s.index <= index) {
+      t.calls += s.totals.calls;
+      t.failures += s.totals.failures;
+      t.slow += s.totals.slow;
+    }
+  }
+  return t;
+}
 
 HealthSettings HealthSettings::From(const HealthPolicy& p, const TargetConfig& t, double jitter) {
   HealthSettings s;
   s.trip_errors = p.trip_errors;
   s.trip_window = p.trip_window;
+  s.trip_failure_rate = p.trip_failure_rate;
+  s.trip_min_calls = p.trip_min_calls;
+  s.slow_call_duration = p.trip_slow_call_duration;
+  s.slow_call_rate = p.trip_slow_call_rate;
   s.recovery_probes = p.recovery_probes;
   s.min_dwell = p.recovery_min_dwell;
   s.probe_interval = p.probe_interval;
@@ -78,38 +114,95 @@ bool TargetHealth::Fail(const HealthSettings& s, absl::Time now, const std::stri
     last_failure_ = now;
     return false;
   }
+  switch (state_) {
+    case HealthState::kDown:
+      // Still down after its cooldown: the next one is a step longer.
+      last_failure_ = now;
+      ++trips_;
+      probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
+      return false;
+    case HealthState::kRecovering:
+      return GoDown(s, now, absl::StrCat("failed while recovering: ", summary), seed, out);
+    default:
+      break;
+  }
+  if (now - last_failure_ >= s.backoff_reset_after) trips_ = 0;  // as in GoDown
+  last_failure_ = now;
+  recovery_passes_ = 0;
+  if (!check && Tallies(s)) {
+    if (!outcomes_) outcomes_ = std::make_unique<OutcomeWindow>();
+    outcomes_->Add(s.trip_window, now, /*failed=*/true, /*slow=*/false);
+  }
+  // With only rate trips configured a failed health check still trips: an
+  // idle target has no traffic to take a rate of.
+  const uint32_t errors = s.trip_errors > 0 ? s.trip_errors : (check ? 1 : 0);
+  if (errors > 0) {
+    // A failure is inside the window while now - t < window.
+    failures_.DropUpTo(now - s.trip_window);
+    failures_.Add(now);
+    if (failures_.size() >= errors) {
+      return GoDown(s, now,
+                    errors == 1 ? summary
+                                : absl::StrCat(errors, " failures within ", absl::FormatDuration(s.trip_window),
+                                               ", last: ", summary),
+                    seed, out);
+    }
+  }
+  const std::string rate = check ? "" : RateTripReason(s, now, {});
+  if (!rate.empty()) return GoDown(s, now, absl::StrCat(rate, ", last: ", summary), seed, out);
+  return false;
+}
+
+bool TargetHealth::GoDown(const HealthSettings& s, absl::Time now, std::string reason, uint64_t seed,
+                          HealthTransition* out) {
   // n restarts once the target went reset_after without a failure while it
   // could be used; a long cooldown is not a quiet period.
   if (state_ != HealthState::kDown && now - last_failure_ >= s.backoff_reset_after) trips_ = 0;
   last_failure_ = now;
   recovery_passes_ = 0;
-  auto go_down = [&](std::string reason) {
-    ++trips_;
-    failures_.Clear();
-    probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
-    Set(HealthState::kDown, now, std::move(reason), out);
-    return true;
-  };
-  switch (state_) {
-    case HealthState::kDown:
-      // Still down after its cooldown: the next one is a step longer.
-      ++trips_;
-      probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
-      return false;
-    case HealthState::kRecovering:
-      return go_down(absl::StrCat("failed while recovering: ", summary));
-    default:
-      break;
+  ++trips_;
+  failures_.Clear();
+  outcomes_.reset();
+  probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
+  Set(HealthState::kDown, now, std::move(reason), out);
+  return true;
+}
+
+std::string TargetHealth::RateTripReason(const HealthSettings& s, absl::Time now,
+                                         OutcomeWindow::Totals extra) const {
+  if (!Tallies(s)) return "";
+  OutcomeWindow::Totals t = outcomes_ ? outcomes_->Sum(s.trip_window, now) : OutcomeWindow::Totals{};
+  t.calls += extra.calls;
+  t.failures += extra.failures;
+  t.slow += extra.slow;
+  if (t.calls == 0 || t.calls < s.trip_min_calls) return "";
+  const std::string within = absl::StrCat(" within ", absl::FormatDuration(s.trip_window));
+  if (s.trip_failure_rate > 0 && t.failures * 100.0 >= s.trip_failure_rate * t.calls) {
+    return absl::StrCat("failure rate ", Percent(t.failures * 100.0 / t.calls), " (", t.failures, " of ", t.calls,
+                        " calls", within, ") reached trip.failure_rate ", Percent(s.trip_failure_rate));
   }
-  // A failure is inside the window while now - t < window.
-  failures_.DropUpTo(now - s.trip_window);
-  failures_.Add(now);
-  if (failures_.size() < s.trip_errors) return false;
-  const std::string reason =
-      s.trip_errors == 1 ? summary
-                         : absl::StrCat(s.trip_errors, " failures within ", absl::FormatDuration(s.trip_window),
-                                        ", last: ", summary);
-  return go_down(reason);
+  if (s.slow_call_rate > 0 && t.slow * 100.0 >= s.slow_call_rate * t.calls) {
+    return absl::StrCat("slow calls ", Percent(t.slow * 100.0 / t.calls), " (", t.slow, " of ", t.calls,
+                        " calls slower than ", absl::FormatDuration(s.slow_call_duration), within,
+                        ") reached trip.slow_call.rate ", Percent(s.slow_call_rate));
+  }
+  return "";
+}
+
+void TargetHealth::Tally(const HealthSettings& s, absl::Time now, bool failed, CallOutcome call) {
+  if (!Tallies(s)) return;
+  if (!outcomes_) outcomes_ = std::make_unique<OutcomeWindow>();
+  outcomes_->Add(s.trip_window, now, failed, !failed && IsSlow(s, call));
+}
+
+bool TargetHealth::OnCallSuccess(const HealthSettings& s, absl::Time now, CallOutcome call, uint64_t seed,
+                                 HealthTransition* out) {
+  if (Tallies(s)) {
+    Tally(s, now, /*failed=*/false, call);
+    const std::string rate = RateTripReason(s, now, {});
+    if (!rate.empty()) return GoDown(s, now, rate, seed, out);
+  }
+  return OnPass(s, now, /*strong=*/true, out);
 }
 
 bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary,
@@ -118,6 +211,7 @@ bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::s
   limited_until_ = std::max(limited_until_, until);
   if (state_ == HealthState::kDown) return false;
   failures_.Clear();
+  outcomes_.reset();
   recovery_passes_ = 0;
   Set(HealthState::kDown, now,
       absl::StrCat("rate limited until its limit resets in ", absl::FormatDuration(until - now), ": ", summary), out);
@@ -162,8 +256,15 @@ bool TargetHealth::FailureWouldChange(const HealthSettings& s, absl::Time now) c
   switch (state_) {
     case HealthState::kDown: return false;
     case HealthState::kRecovering: return true;
-    default: return failures_.CountAfter(now - s.trip_window) + 1 >= s.trip_errors;
+    default:
+      if (s.trip_errors > 0 && failures_.CountAfter(now - s.trip_window) + 1 >= s.trip_errors) return true;
+      return !RateTripReason(s, now, {1, 1, 0}).empty();
   }
+}
+
+bool TargetHealth::CallSuccessWouldChange(const HealthSettings& s, absl::Time now, CallOutcome call) const {
+  if (PassWouldChange(s, /*strong=*/true)) return true;
+  return !RateTripReason(s, now, {1, 0, IsSlow(s, call)}).empty();
 }
 
 bool TargetHealth::PassWouldChange(const HealthSettings& s, bool strong) const {
@@ -194,6 +295,7 @@ void TargetHealth::Restore(HealthState state, absl::Time since, uint32_t trips, 
   trips_ = trips;
   recovery_passes_ = recovery_passes;
   failures_.Clear();
+  outcomes_.reset();
 }
 
 }  // namespace failover

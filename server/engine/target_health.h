@@ -2,7 +2,9 @@
 // thread-safe: the engine guards each target's instance with its own mutex.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -16,8 +18,12 @@ namespace failover {
 // The settings that govern one target's health: its HealthPolicy (its own,
 // or the one its chains agree on), plus what its config says about checks.
 struct HealthSettings {
-  uint32_t trip_errors = 1;
+  uint32_t trip_errors = 1;  // 0 = off
   absl::Duration trip_window = absl::Seconds(30);
+  double trip_failure_rate = 0;  // percent; 0 = off
+  uint32_t trip_min_calls = 10;
+  absl::Duration slow_call_duration = absl::ZeroDuration();
+  double slow_call_rate = 0;  // percent; 0 = off
   uint32_t recovery_probes = 3;
   absl::Duration min_dwell = absl::Seconds(60);
   absl::Duration probe_interval = absl::Seconds(15);
@@ -33,10 +39,13 @@ struct HealthSettings {
   double jitter = 0.1;
 
   static HealthSettings From(const HealthPolicy& policy, const TargetConfig& target, double jitter);
+  // Whether callers' outcomes are tallied for a failure-rate or slow-call trip.
+  bool TracksRates() const { return trip_failure_rate > 0 || slow_call_rate > 0; }
 
   // Equal settings are shared between targets (a snapshot interns them).
   auto Tie() const {
-    return std::tie(trip_errors, trip_window, recovery_probes, min_dwell, probe_interval, probe_timeout,
+    return std::tie(trip_errors, trip_window, trip_failure_rate, trip_min_calls, slow_call_duration, slow_call_rate,
+                    recovery_probes, min_dwell, probe_interval, probe_timeout,
                     backoff_factor, backoff_steps, backoff_max, backoff_reset_after, rate_limit_hold, rate_limit_max_hold, has_health_check,
                     jitter);
   }
@@ -87,6 +96,35 @@ class FailureWindow {
   size_t head_ = 0;
 };
 
+// Callers' outcomes inside the trip window, tallied in ten slices of it so
+// that memory does not grow with traffic: an outcome leaves the window
+// between 0.9 and 1 window after it happened, when its slice does.
+class OutcomeWindow {
+ public:
+  struct Totals {
+    uint32_t calls = 0;  // successes and counted failures
+    uint32_t failures = 0;
+    uint32_t slow = 0;  // successes slower than slow_call.duration
+  };
+  static constexpr int kSlices = 10;
+
+  void Add(absl::Duration window, absl::Time now, bool failed, bool slow);
+  Totals Sum(absl::Duration window, absl::Time now) const;
+
+ private:
+  struct Slice {
+    int64_t index = -1;  // now / slice width; -1 = empty
+    Totals totals;
+  };
+  static int64_t IndexOf(absl::Duration window, absl::Time now);
+  std::array<Slice, kSlices> slices_{};
+};
+
+// One caller outcome as the rate trips see it.
+struct CallOutcome {
+  absl::Duration latency = absl::ZeroDuration();  // zero = not reported
+};
+
 class TargetHealth {
  public:
   HealthState state() const { return state_; }
@@ -103,6 +141,13 @@ class TargetHealth {
   // push its health check out (DESIGN 3.6).
   bool OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
                  HealthTransition* out);
+  // A caller's success (real traffic): a strong pass that also counts toward
+  // the rate trips, so a slow one can take a HEALTHY target DOWN.
+  bool OnCallSuccess(const HealthSettings& s, absl::Time now, CallOutcome call, uint64_t seed,
+                     HealthTransition* out);
+  // Tallies a caller's outcome for the rate trips without changing state
+  // (while state changes are refused).
+  void Tally(const HealthSettings& s, absl::Time now, bool failed, CallOutcome call);
   // A failed health check. Like OnFailure, except that on a DOWN target it is
   // the next trip: the check was asked for when the cooldown ended, so the
   // cooldown starts again, one backoff step longer.
@@ -120,6 +165,7 @@ class TargetHealth {
   // anything: the engine takes its single writer lock only when one would.
   bool FailureWouldChange(const HealthSettings& s, absl::Time now) const;
   bool PassWouldChange(const HealthSettings& s, bool strong) const;
+  bool CallSuccessWouldChange(const HealthSettings& s, absl::Time now, CallOutcome call) const;
   // When a DOWN target without a health check comes back (InfiniteFuture when
   // it is not such a target).
   absl::Time ComesBackAt(const HealthSettings& s) const;
@@ -138,10 +184,21 @@ class TargetHealth {
   void Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out);
   bool Fail(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed, bool check,
             HealthTransition* out);
+  bool GoDown(const HealthSettings& s, absl::Time now, std::string reason, uint64_t seed, HealthTransition* out);
+  // Why the tallied outcomes (plus one more, when given) trip the target, or
+  // empty. Only HEALTHY and UNKNOWN targets tally.
+  std::string RateTripReason(const HealthSettings& s, absl::Time now, OutcomeWindow::Totals extra) const;
+  bool Tallies(const HealthSettings& s) const {
+    return s.TracksRates() && (state_ == HealthState::kHealthy || state_ == HealthState::kUnknown);
+  }
+  static bool IsSlow(const HealthSettings& s, CallOutcome call) {
+    return s.slow_call_rate > 0 && call.latency > s.slow_call_duration;
+  }
 
   HealthState state_ = HealthState::kUnknown;
   absl::Time since_ = absl::InfinitePast();
   FailureWindow failures_;  // at most trip_errors
+  std::unique_ptr<OutcomeWindow> outcomes_;  // only once a rate trip tallies
   uint32_t recovery_passes_ = 0;
   uint32_t trips_ = 0;  // n of the backoff formula: trips and failed checks while DOWN
   absl::Time last_failure_ = absl::InfinitePast();

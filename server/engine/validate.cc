@@ -99,10 +99,29 @@ absl::Status ValidateTarget(const TargetConfig& t, absl::string_view path) {
 absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
   RETURN_IF_ERROR(Positive(p.probe_interval, absl::StrCat(path, ".probe.interval")));
   RETURN_IF_ERROR(Positive(p.probe_timeout, absl::StrCat(path, ".probe.timeout")));
-  if (p.trip_errors < 1 || p.trip_errors > 10000) {
-    return Invalid(absl::StrCat(path, ".trip.errors"), absl::StrCat("must be 1..10000, got ", p.trip_errors));
+  if (p.trip_errors > 10000 || (p.trip_errors < 1 && !p.HasRateTrip())) {
+    return Invalid(absl::StrCat(path, ".trip.errors"),
+                   absl::StrCat("must be 1..10000 (0 only with trip.failure_rate or trip.slow_call), got ",
+                                p.trip_errors));
   }
   RETURN_IF_ERROR(Positive(p.trip_window, absl::StrCat(path, ".trip.window")));
+  auto percent = [&](double v, const char* field) -> absl::Status {
+    if (!(v >= 0 && v <= 100)) {  // also refuses NaN
+      return Invalid(absl::StrCat(path, field), absl::StrCat("must be a percentage 0..100 (0 = off), got ", v));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(percent(p.trip_failure_rate, ".trip.failure_rate"));
+  RETURN_IF_ERROR(percent(p.trip_slow_call_rate, ".trip.slow_call.rate"));
+  if (p.trip_min_calls < 1 || p.trip_min_calls > 1000000) {
+    return Invalid(absl::StrCat(path, ".trip.min_calls"),
+                   absl::StrCat("must be 1..1000000, got ", p.trip_min_calls));
+  }
+  RETURN_IF_ERROR(NonNegative(p.trip_slow_call_duration, absl::StrCat(path, ".trip.slow_call.duration")));
+  if ((p.trip_slow_call_duration > absl::ZeroDuration()) != (p.trip_slow_call_rate > 0)) {
+    return Invalid(absl::StrCat(path, p.trip_slow_call_rate > 0 ? ".trip.slow_call.duration" : ".trip.slow_call.rate"),
+                   "trip.slow_call needs both duration and rate");
+  }
   if (p.recovery_probes < 1 || p.recovery_probes > 100) {
     return Invalid(absl::StrCat(path, ".recovery.probes"),
                    absl::StrCat("must be 1..100, got ", p.recovery_probes));

@@ -67,15 +67,24 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     TargetRuntime& rt = *t.rt;
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     bool changed = false;
+    const CallOutcome call{req.latency};
     if (req.facts.success) {
-      if (may_transition) changed = rt.health.OnPass(*t.health, now, /*strong=*/true, tr);
+      if (may_transition) {
+        changed = rt.health.OnCallSuccess(*t.health, now, call, t.seed, tr);
+      } else {
+        rt.health.Tally(*t.health, now, /*failed=*/false, call);
+      }
       return changed;
     }
     if (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap) {
       rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
       rt.last_error_time = now;
     }
-    if (c.counts && may_transition) changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
+    if (c.counts && may_transition) {
+      changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
+    } else if (c.counts) {
+      rt.health.Tally(*t.health, now, /*failed=*/true, call);
+    }
     if (limited_long && (may_transition || rt.health.state() == HealthState::kDown)) {
       changed = rt.health.OnLimitedUntil(now, now + req.facts.retry_after, summary, tr);
     } else if (c.reason == Reason::kRateLimit) {
@@ -91,7 +100,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   {
     TargetRuntime& rt = *target->rt;
     std::lock_guard<std::mutex> lock(rt.mu);
-    needs_writer = req.facts.success ? rt.health.PassWouldChange(*target->health, /*strong=*/true)
+    needs_writer = req.facts.success ? rt.health.CallSuccessWouldChange(*target->health, now, {req.latency})
                    : limited_long    ? rt.health.state() != HealthState::kDown
                                      : c.counts && rt.health.FailureWouldChange(*target->health, now);
     // While changes are refused, the outcome is recorded without its transition.

@@ -15,7 +15,7 @@ const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
 TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
   auto loaded = LoadConfigPath(EXAMPLES_DIR);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->files.size(), 4u);
+  EXPECT_EQ(loaded->files.size(), 5u);
   Engine engine;
   ApplyOptions options;
   options.from_files = true;
@@ -38,6 +38,10 @@ TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
   ASSERT_TRUE(minuspod.ok());
   EXPECT_EQ(minuspod->config.policy.rate_limit_on, RateLimitMode::kWait);
   EXPECT_EQ(minuspod->config.policy.probe_interval, absl::Minutes(5));
+  auto busy = engine.GetChain("chat-high-traffic");
+  ASSERT_TRUE(busy.ok());
+  EXPECT_EQ(busy->config.policy.trip_failure_rate, 20);
+  EXPECT_EQ(busy->config.policy.trip_errors, 0u);
   auto local = engine.GetTarget("piper-local");
   ASSERT_TRUE(local.ok());
   EXPECT_FALSE(local->config.HasHealthCheck());
@@ -128,6 +132,51 @@ TEST(ConfigFileTest, ATargetSetsItsOwnHealthWithTheChainPolicyKeys) {
     auto bad = ParseConfigText(c.text, "t.yaml");
     ASSERT_FALSE(bad.ok()) << c.text;
     EXPECT_THAT(std::string(bad.status().message()), HasSubstr(c.expected)) << c.text;
+  }
+}
+
+TEST(ConfigFileTest, RateTripsReadTheirKeysAndARateAloneTurnsTheErrorCountOff) {
+  auto loaded = ParseConfigText(
+      "targets: [{name: a}, {name: b}, {name: c}, {name: d}]\nchains:\n  - name: busy\n    targets: [a, b]\n"
+      "    policy:\n      trip: {failure_rate: 25, min_calls: 20, window: 1m,\n"
+      "             slow_call: {duration: 2500ms, rate: 40}}\n"
+      "  - name: both\n    targets: [c, d]\n    policy: {trip: {errors: 5, failure_rate: 10}}\n",
+      "rates.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const Policy& busy = loaded->change.chains[0].policy;
+  EXPECT_EQ(busy.trip_failure_rate, 25);
+  EXPECT_EQ(busy.trip_min_calls, 20u);
+  EXPECT_EQ(busy.trip_slow_call_duration, absl::Milliseconds(2500));
+  EXPECT_EQ(busy.trip_slow_call_rate, 40);
+  EXPECT_EQ(busy.trip_errors, 0u) << "a rate alone must not also trip on the first failure";
+  EXPECT_EQ(loaded->change.chains[1].policy.trip_errors, 5u);
+  Engine engine;
+  ApplyOptions options;
+  options.from_files = true;
+  ASSERT_TRUE(engine.Apply(loaded->change, options, kT0).ok());
+
+  struct Case {
+    std::string policy;
+    std::string expected;
+  } cases[] = {
+      {"{trip: {failure_rate: 150}}", "chains[0].policy.trip.failure_rate: must be a percentage 0..100"},
+      {"{trip: {failure_rate: 20, min_calls: 0}}", "chains[0].policy.trip.min_calls: must be 1..1000000, got 0"},
+      {"{trip: {slow_call: {rate: 20}}}", "chains[0].policy.trip.slow_call.duration: trip.slow_call needs both"},
+      {"{trip: {slow_call: {duration: 1s}}}", "chains[0].policy.trip.slow_call.rate: trip.slow_call needs both"},
+      {"{trip: {errors: 0}}", "chains[0].policy.trip.errors: must be 1..10000 (0 only with"},
+      {"{trip: {slow_call: {speed: 1s}}}", "chains[0].policy.trip.slow_call.speed: unknown field"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseConfigText(absl::StrCat("targets: [{name: a}, {name: b}]\nchains:\n  - name: c\n    targets: [a, b]\n"
+                                            "    policy: ", c.policy, "\n"),
+                               "bad.yaml");
+    absl::Status status = bad.status();
+    if (bad.ok()) {
+      Engine fresh;
+      status = Locate(*bad, fresh.Apply(bad->change, options, kT0).status());
+    }
+    ASSERT_FALSE(status.ok()) << c.policy;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.expected)) << c.policy;
   }
 }
 

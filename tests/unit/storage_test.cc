@@ -81,6 +81,11 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     c.policy.recovery_min_dwell = absl::Seconds(5);
     c.policy.retry_on_statuses = {"5xx"};
     c.policy.same_target_retries[Reason::kNetwork] = 0;
+    c.policy.trip_errors = 0;
+    c.policy.trip_failure_rate = 12.5;
+    c.policy.trip_min_calls = 40;
+    c.policy.trip_slow_call_duration = absl::Milliseconds(1500);
+    c.policy.trip_slow_call_rate = 30;
     config.put_chains = {c};
     // Two Changes in one write, as the committer groups them.
     Change admin;
@@ -129,6 +134,11 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_EQ(state->chains[0].policy.recovery_min_dwell, absl::Seconds(5));
   EXPECT_EQ(state->chains[0].policy.retry_on_statuses, std::vector<std::string>{"5xx"});
   EXPECT_EQ(state->chains[0].policy.same_target_retries.at(Reason::kNetwork), 0u);
+  EXPECT_EQ(state->chains[0].policy.trip_errors, 0u);
+  EXPECT_EQ(state->chains[0].policy.trip_failure_rate, 12.5);
+  EXPECT_EQ(state->chains[0].policy.trip_min_calls, 40u);
+  EXPECT_EQ(state->chains[0].policy.trip_slow_call_duration, absl::Milliseconds(1500));
+  EXPECT_EQ(state->chains[0].policy.trip_slow_call_rate, 30);
   EXPECT_EQ(state->pins.at("ch"), "b");
   EXPECT_EQ(state->manual.at("b").reason, "maintenance");
   EXPECT_EQ(state->manual.at("b").since, kT0);

@@ -190,6 +190,153 @@ TEST(TargetHealthTest, FailedHealthChecksLengthenTheCooldownStepByStepEvenPastRe
   EXPECT_EQ(h.trips(), 6u);  // the trip and five failed checks
 }
 
+// Rate trips: failure_rate and slow_call with min_calls, on the same window.
+HealthSettings RateSettings() {
+  HealthSettings s = Settings();
+  s.trip_errors = 0;  // rates only
+  s.trip_window = absl::Seconds(10);
+  s.trip_failure_rate = 50;
+  s.trip_min_calls = 4;
+  return s;
+}
+
+const CallOutcome kFast{absl::Milliseconds(100)};
+
+TEST(RateTripTest, NoTripBeforeMinCallsEvenAtAHundredPercent) {
+  HealthSettings s = RateSettings();
+  TargetHealth h;
+  HealthTransition tr;
+  ASSERT_TRUE(h.OnCallSuccess(s, kT0, kFast, 1, &tr));  // UNKNOWN -> HEALTHY
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(1), "503", 1, &tr));
+  // A third outcome failing would be 2 of 3 (67%), but min_calls is 4.
+  EXPECT_FALSE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(2)));
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(2), "503", 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kHealthy);
+  // The fourth outcome, a failure: 3 of 4 = 75% >= 50%.
+  EXPECT_TRUE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(3)));
+  ASSERT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(3), "503", 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kDown);
+  EXPECT_NE(tr.reason.find("failure rate 75% (3 of 4 calls within 10s) reached trip.failure_rate 50%"),
+            std::string::npos)
+      << tr.reason;
+  EXPECT_NE(tr.reason.find("last: 503"), std::string::npos) << tr.reason;
+}
+
+TEST(RateTripTest, TripsExactlyAtTheRateAndNotJustBelow) {
+  HealthSettings s = RateSettings();
+  s.trip_min_calls = 10;
+  s.trip_failure_rate = 20;
+  {
+    // 1 failure in 10 calls: 10% < 20%.
+    TargetHealth h;
+    HealthTransition tr;
+    for (int i = 0; i < 9; ++i) h.OnCallSuccess(s, kT0 + absl::Milliseconds(i), kFast, 1, &tr);
+    EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(9), "503", 1, &tr));
+    EXPECT_EQ(h.state(), HealthState::kHealthy);
+    // The 11th and 12th outcomes fail: 3 of 12 = 25%.
+    EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(10), "503", 1, &tr));  // 2 of 11 = 18%
+    EXPECT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(11), "503", 1, &tr));
+  }
+  {
+    // 2 failures in 10 calls: exactly 20%.
+    TargetHealth h;
+    HealthTransition tr;
+    for (int i = 0; i < 8; ++i) h.OnCallSuccess(s, kT0 + absl::Milliseconds(i), kFast, 1, &tr);
+    EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(8), "503", 1, &tr));
+    EXPECT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(9), "503", 1, &tr));
+    EXPECT_NE(tr.reason.find("failure rate 20% (2 of 10 calls"), std::string::npos) << tr.reason;
+  }
+}
+
+TEST(RateTripTest, OutcomesLeaveTheWindowWithTheirSlice) {
+  HealthSettings s = RateSettings();  // 10 s window in 1 s slices; 50%
+  s.trip_min_calls = 5;
+  TargetHealth h;
+  HealthTransition tr;
+  // Three failures at 0.5 s.
+  h.OnCallSuccess(s, kT0, kFast, 1, &tr);
+  for (int i = 0; i < 3; ++i) h.OnFailure(s, kT0 + absl::Milliseconds(500), "503", 1, &tr);
+  // Before they leave, one more failure trips (4 of 5 would).
+  EXPECT_TRUE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(9999)));
+  // One window after their slice began they are gone: a lone failure is 1 call.
+  EXPECT_FALSE(h.FailureWouldChange(s, kT0 + absl::Seconds(10)));
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Seconds(10), "503", 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kHealthy);
+}
+
+TEST(RateTripTest, CountAndRateTripWhicheverComesFirst) {
+  HealthSettings s = RateSettings();
+  s.trip_errors = 3;
+  s.trip_failure_rate = 90;
+  s.trip_min_calls = 100;
+  TargetHealth h;
+  HealthTransition tr;
+  h.OnCallSuccess(s, kT0, kFast, 1, &tr);
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(1), "503", 1, &tr));
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(2), "503", 1, &tr));
+  EXPECT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(3), "503", 1, &tr));
+  EXPECT_NE(tr.reason.find("3 failures within 10s"), std::string::npos) << tr.reason;
+}
+
+TEST(RateTripTest, SlowSuccessesTripAtTheSlowRateAndALatencyEqualToTheThresholdIsNotSlow) {
+  HealthSettings s = RateSettings();
+  s.trip_failure_rate = 0;
+  s.slow_call_duration = absl::Seconds(2);
+  s.slow_call_rate = 50;
+  TargetHealth h;
+  HealthTransition tr;
+  const CallOutcome at_threshold{absl::Seconds(2)};
+  const CallOutcome slow{absl::Milliseconds(2001)};
+  ASSERT_TRUE(h.OnCallSuccess(s, kT0, at_threshold, 1, &tr));  // UNKNOWN -> HEALTHY
+  for (int i = 1; i < 4; ++i) EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(i), at_threshold, 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kHealthy);  // 4 calls, none slow
+  EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(5), slow, 1, &tr));  // 1 of 5
+  EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(6), slow, 1, &tr));  // 2 of 6
+  EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(7), slow, 1, &tr));  // 3 of 7
+  EXPECT_TRUE(h.CallSuccessWouldChange(s, kT0 + absl::Milliseconds(8), slow));
+  EXPECT_FALSE(h.CallSuccessWouldChange(s, kT0 + absl::Milliseconds(8), at_threshold));
+  ASSERT_TRUE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(8), slow, 1, &tr));  // 4 of 8 = 50%
+  EXPECT_EQ(h.state(), HealthState::kDown);
+  EXPECT_NE(tr.reason.find("slow calls 50% (4 of 8 calls slower than 2s within 10s) reached trip.slow_call.rate 50%"),
+            std::string::npos)
+      << tr.reason;
+  // Down like any trip: its health check comes after the cooldown.
+  EXPECT_EQ(h.probe_due(), kT0 + absl::Milliseconds(8) + s.probe_interval);
+}
+
+TEST(RateTripTest, FailedCallsAreNotSlowAndUnreportedLatencyIsNotSlow) {
+  HealthSettings s = RateSettings();
+  s.trip_failure_rate = 0;
+  s.slow_call_duration = absl::Seconds(1);
+  s.slow_call_rate = 25;
+  TargetHealth h;
+  HealthTransition tr;
+  h.OnCallSuccess(s, kT0, CallOutcome{}, 1, &tr);
+  // Failures are counted calls but never slow; with trip_errors 0 they trip nothing.
+  for (int i = 1; i < 10; ++i) EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(i), "timeout", 1, &tr));
+  for (int i = 10; i < 20; ++i) EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(i), CallOutcome{}, 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kHealthy);
+}
+
+TEST(RateTripTest, AFreshWindowAfterRecoveryAndAFailedCheckStillTrips) {
+  HealthSettings s = RateSettings();
+  s.recovery_probes = 1;
+  TargetHealth h;
+  HealthTransition tr;
+  h.OnCallSuccess(s, kT0, kFast, 1, &tr);
+  for (int i = 1; i <= 3; ++i) h.OnFailure(s, kT0 + absl::Milliseconds(i), "503", 1, &tr);
+  ASSERT_EQ(h.state(), HealthState::kDown);
+  // Outcomes on a DOWN target are not tallied.
+  for (int i = 0; i < 10; ++i) h.OnFailure(s, kT0 + absl::Milliseconds(10 + i), "503", 1, &tr);
+  ASSERT_TRUE(h.OnPass(s, kT0 + absl::Seconds(1), /*strong=*/true, &tr));
+  ASSERT_EQ(h.state(), HealthState::kHealthy);
+  // Back HEALTHY with an empty window: one failure is one call of four needed.
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Seconds(2), "503", 1, &tr));
+  EXPECT_EQ(h.state(), HealthState::kHealthy);
+  // An idle target's failed health check trips it although no rate is reached.
+  EXPECT_TRUE(h.OnFailedCheck(s, kT0 + absl::Seconds(3), "connect refused", 1, &tr));
+}
+
 }  // namespace
 }  // namespace failover
 

@@ -1,0 +1,114 @@
+// Rate trips through the real binary (DESIGN 3.2): a target trips on the share
+// of failed or slow calls once enough calls were seen, not on one failure.
+#include "gmock/gmock.h"
+#include "tests/support/api_test.h"
+
+namespace failover::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RateTripTest : public ApiTest {
+ protected:
+  void SetUp() override { StartServer(); }
+
+  // Chain ch = [a, b] with the given trip settings.
+  void ApplyChain(const v1::TripPolicy& trip) {
+    v1::ApplyRequest req;
+    AddTarget(&req, "a");
+    AddTarget(&req, "b");
+    *AddChain(&req, "ch", {"a", "b"})->mutable_policy()->mutable_trip() = trip;
+    grpc::Status s = Apply(req);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+
+  v1::ReportOutcomeResponse Succeed(absl::Duration latency) {
+    v1::PickTargetResponse pick = Pick("ch");
+    v1::ReportOutcomeRequest req;
+    req.set_decision_id(pick.decision_id());
+    req.set_target(pick.attempts(0).target());
+    req.mutable_success();
+    req.mutable_latency()->set_seconds(absl::ToInt64Seconds(latency));
+    req.mutable_latency()->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(latency) % 1'000'000'000));
+    v1::ReportOutcomeResponse resp;
+    grpc::Status s = decide_->ReportOutcome(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+  v1::ReportOutcomeResponse Fail() {
+    v1::PickTargetResponse pick = Pick("ch");
+    return Report(pick.decision_id(), pick.attempts(0).target(), 503, "upstream busy");
+  }
+};
+
+// 15% errors is a target that works most of the time: with failure_rate 50
+// and min_calls 4 it stays, where the default (one failure) took it out.
+TEST_F(RateTripTest, AFailureRateTripsOnlyOnceEnoughCallsFailed) {
+  v1::TripPolicy trip;
+  trip.set_failure_rate(50);
+  trip.set_min_calls(4);
+  *trip.mutable_window() = Millis(60'000);
+  ApplyChain(trip);
+  // Read back as given; errors unset stays off rather than the default 1.
+  const v1::TripPolicy stored = Chain("ch").config().policy().trip();
+  EXPECT_EQ(stored.failure_rate(), 50);
+  EXPECT_EQ(stored.min_calls(), 4u);
+  EXPECT_EQ(stored.errors(), 0u);
+  Succeed(absl::Milliseconds(20));
+  Succeed(absl::Milliseconds(20));
+  v1::ReportOutcomeResponse first = Fail();
+  EXPECT_EQ(first.target_health(), v1::HEALTH_STATE_HEALTHY) << "one failure in three calls tripped the target";
+  EXPECT_EQ(first.verdict(), v1::VERDICT_RETRY_SAME);
+  // 2 of 4 calls failed: 50%.
+  v1::ReportOutcomeResponse second = Fail();
+  EXPECT_EQ(second.target_health(), v1::HEALTH_STATE_DOWN);
+  EXPECT_EQ(second.verdict(), v1::VERDICT_TRY_NEXT);
+  EXPECT_EQ(second.next_attempt().target(), "b");
+  EXPECT_EQ(Chain("ch").status().active_target(), "b");
+  EXPECT_THAT(Target("a").status().reason(),
+              HasSubstr("failure rate 50% (2 of 4 calls within 1m) reached trip.failure_rate 50%"));
+}
+
+TEST_F(RateTripTest, SlowSuccessesTripTheTargetFromTheReportedLatency) {
+  v1::TripPolicy trip;
+  trip.set_min_calls(3);
+  *trip.mutable_slow_call()->mutable_duration() = Millis(1000);
+  trip.mutable_slow_call()->set_rate(60);
+  ApplyChain(trip);
+  Succeed(absl::Milliseconds(900));
+  Succeed(absl::Milliseconds(1500));
+  EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_HEALTHY);
+  // 2 of 3 slower than 1s: 67% >= 60%. The success itself is served (DONE).
+  v1::ReportOutcomeResponse third = Succeed(absl::Seconds(4));
+  EXPECT_EQ(third.verdict(), v1::VERDICT_DONE);
+  EXPECT_EQ(third.target_health(), v1::HEALTH_STATE_DOWN);
+  EXPECT_EQ(Chain("ch").status().active_target(), "b");
+  EXPECT_THAT(Target("a").status().reason(), HasSubstr("slow calls 66.7% (2 of 3 calls slower than 1s"));
+}
+
+TEST_F(RateTripTest, BadRateSettingsAndLatenciesAreRefusedWithTheirField) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "a");
+  AddTarget(&req, "b");
+  AddChain(&req, "ch", {"a", "b"})->mutable_policy()->mutable_trip()->set_failure_rate(101);
+  grpc::Status s = Apply(req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("chains[0].policy.trip.failure_rate: must be a percentage 0..100"));
+
+  v1::TripPolicy trip;
+  trip.set_failure_rate(50);
+  ApplyChain(trip);
+  v1::PickTargetResponse pick = Pick("ch");
+  v1::ReportOutcomeRequest report;
+  report.set_decision_id(pick.decision_id());
+  report.set_target("a");
+  report.mutable_success();
+  report.mutable_latency()->set_seconds(-2);
+  v1::ReportOutcomeResponse resp;
+  s = decide_->ReportOutcome(Ctx().get(), report, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("latency: must not be negative"));
+}
+
+}  // namespace
+}  // namespace failover::testing

@@ -15,7 +15,7 @@
 namespace failover {
 
 enum class TargetKind : uint8_t { kRemote, kLocal };
-enum class Strategy : uint8_t { kFailover, kRoundRobin, kLowestCost };
+enum class Strategy : uint8_t { kFailover, kRoundRobin, kLowestCost, kLeastLatency };
 enum class RateLimitMode : uint8_t { kFailover, kWait };
 
 enum class HealthState : uint8_t { kUnknown, kHealthy, kDown, kRecovering, kDisabled, kManual };
@@ -79,6 +79,9 @@ struct Policy {
   absl::Duration rate_limit_max_hold = absl::Seconds(60);
   uint32_t max_attempts = 0;  // fallbacks after the first; 0 = all
   uint64_t max_replay_bytes = 32ull << 20;
+  // least_latency: percent of first attempts sent to another usable target
+  // than the fastest, so that targets are measured again.
+  double latency_explore = 5;
   // Empty = the defaults (DESIGN 3.5 table). Non-empty replaces the default.
   std::vector<std::string> retry_on_statuses;
   std::vector<std::string> retry_on_errors;

@@ -57,6 +57,15 @@ World::World()
   ch2.name = "ch2";
   ch2.targets = {"b", "c"};
   ch2.policy.trip_errors = 1;
+  // Rate trips (target a's own) and least_latency, so that reports with
+  // latencies reach them.
+  ch2.strategy = Strategy::kLeastLatency;
+  HealthPolicy rates;
+  rates.trip_failure_rate = 50;
+  rates.trip_min_calls = 2;
+  rates.trip_slow_call_duration = absl::Seconds(1);
+  rates.trip_slow_call_rate = 50;
+  change.targets[0].health = rates;
   change.chains = {ch, ch2};
   auto applied = engine.Apply(change, ApplyOptions(), clock.Now());
   if (!applied.ok()) __builtin_trap();

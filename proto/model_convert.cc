@@ -66,6 +66,7 @@ absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view pa
                    OptionalDuration(p.rate_limit().has_max_hold(), p.rate_limit().max_hold(),
                                     out.rate_limit_max_hold, absl::StrCat(path, ".rate_limit.max_hold")));
   out.max_attempts = p.max_attempts();
+  if (p.least_latency().has_explore()) out.latency_explore = p.least_latency().explore();
   if (p.has_max_replay_bytes()) out.max_replay_bytes = p.max_replay_bytes();
   out.retry_on_statuses.assign(p.retry_on_statuses().begin(), p.retry_on_statuses().end());
   out.retry_on_errors.assign(p.retry_on_errors().begin(), p.retry_on_errors().end());
@@ -87,13 +88,14 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   DurationToProto(p.probe_timeout, out->mutable_probe()->mutable_timeout());
   out->mutable_trip()->set_errors(p.trip_errors);
   DurationToProto(p.trip_window, out->mutable_trip()->mutable_window());
-  if (p.HasRateTrip()) {
-    out->mutable_trip()->set_failure_rate(p.trip_failure_rate);
+  // Rate settings appear only when set, so a chain without them reads as before.
+  out->mutable_trip()->set_failure_rate(p.trip_failure_rate);
+  if (p.HasRateTrip() || p.trip_min_calls != Policy().trip_min_calls) {
     out->mutable_trip()->set_min_calls(p.trip_min_calls);
-    if (p.trip_slow_call_duration > absl::ZeroDuration() || p.trip_slow_call_rate > 0) {
-      DurationToProto(p.trip_slow_call_duration, out->mutable_trip()->mutable_slow_call()->mutable_duration());
-      out->mutable_trip()->mutable_slow_call()->set_rate(p.trip_slow_call_rate);
-    }
+  }
+  if (p.trip_slow_call_duration > absl::ZeroDuration() || p.trip_slow_call_rate > 0) {
+    DurationToProto(p.trip_slow_call_duration, out->mutable_trip()->mutable_slow_call()->mutable_duration());
+    out->mutable_trip()->mutable_slow_call()->set_rate(p.trip_slow_call_rate);
   }
   out->mutable_recovery()->set_probes(p.recovery_probes);
   DurationToProto(p.recovery_min_dwell, out->mutable_recovery()->mutable_min_dwell());
@@ -106,6 +108,7 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   DurationToProto(p.rate_limit_hold, out->mutable_rate_limit()->mutable_hold());
   DurationToProto(p.rate_limit_max_hold, out->mutable_rate_limit()->mutable_max_hold());
   out->set_max_attempts(p.max_attempts);
+  if (p.latency_explore != Policy().latency_explore) out->mutable_least_latency()->set_explore(p.latency_explore);
   out->set_max_replay_bytes(p.max_replay_bytes);
   for (const auto& s : p.retry_on_statuses) out->add_retry_on_statuses(s);
   for (const auto& s : p.retry_on_errors) out->add_retry_on_errors(s);
@@ -293,6 +296,7 @@ absl::StatusOr<ChainConfig> ChainFromProto(const v1::Chain& c, absl::string_view
     case v1::STRATEGY_FAILOVER: out.strategy = Strategy::kFailover; break;
     case v1::STRATEGY_ROUND_ROBIN: out.strategy = Strategy::kRoundRobin; break;
     case v1::STRATEGY_LOWEST_COST: out.strategy = Strategy::kLowestCost; break;
+    case v1::STRATEGY_LEAST_LATENCY: out.strategy = Strategy::kLeastLatency; break;
     default: return Invalid(absl::StrCat(path, ".strategy"), absl::StrCat("unknown strategy ", c.strategy()));
   }
   ASSIGN_OR_RETURN(out.policy, PolicyFromProto(c.policy(), absl::StrCat(path, ".policy")));
@@ -337,6 +341,7 @@ void ChainToProto(const ChainConfig& c, v1::Chain* out) {
     case Strategy::kFailover: out->set_strategy(v1::STRATEGY_FAILOVER); break;
     case Strategy::kRoundRobin: out->set_strategy(v1::STRATEGY_ROUND_ROBIN); break;
     case Strategy::kLowestCost: out->set_strategy(v1::STRATEGY_LOWEST_COST); break;
+    case Strategy::kLeastLatency: out->set_strategy(v1::STRATEGY_LEAST_LATENCY); break;
   }
   PolicyToProto(c.policy, out->mutable_policy());
   out->set_failover_enabled(c.failover_enabled);

@@ -39,6 +39,7 @@ void EncodePolicy(const Policy& p, PolicyRecord* r) {
   r->set_rate_limit_hold_nanos(DurationToNanos(p.rate_limit_hold));
   r->set_rate_limit_max_hold_nanos(DurationToNanos(p.rate_limit_max_hold));
   r->set_max_attempts(p.max_attempts);
+  r->set_latency_explore(p.latency_explore);
   r->set_max_replay_bytes(p.max_replay_bytes);
   for (const std::string& s : p.retry_on_statuses) r->add_retry_on_statuses(s);
   for (const std::string& s : p.retry_on_errors) r->add_retry_on_errors(s);
@@ -65,6 +66,7 @@ bool DecodePolicy(const PolicyRecord& r, Policy* out) {
   p.rate_limit_hold = DurationFromNanos(r.rate_limit_hold_nanos());
   if (r.rate_limit_max_hold_nanos() != 0) p.rate_limit_max_hold = DurationFromNanos(r.rate_limit_max_hold_nanos());
   p.max_attempts = r.max_attempts();
+  if (r.has_latency_explore()) p.latency_explore = r.latency_explore();
   p.max_replay_bytes = r.max_replay_bytes();
   p.retry_on_statuses.assign(r.retry_on_statuses().begin(), r.retry_on_statuses().end());
   p.retry_on_errors.assign(r.retry_on_errors().begin(), r.retry_on_errors().end());
@@ -131,7 +133,7 @@ void EncodeChain(const ChainConfig& in, ChainRecord* out) {
 bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
   out->name = in.name();
   out->targets.assign(in.targets().begin(), in.targets().end());
-  if (!EnumFromInt(in.strategy(), Strategy::kLowestCost, &out->strategy)) return false;
+  if (!EnumFromInt(in.strategy(), Strategy::kLeastLatency, &out->strategy)) return false;
   out->failover_enabled = in.failover_enabled();
   out->managed_by = in.managed_by();
   return DecodePolicy(in.policy(), &out->policy);

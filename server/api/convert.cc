@@ -112,6 +112,7 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out) {
   if (s.held_until != absl::InfinitePast()) TimeToProto(s.held_until, out->mutable_held_until());
   out->set_enabled(s.enabled);
   out->set_recovery_passes(s.recovery_passes);
+  if (s.latency >= absl::ZeroDuration()) DurationToProto(s.latency, out->mutable_latency());
   for (const auto& c : s.chains) out->add_chains(c);
 }
 

@@ -137,7 +137,11 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   Policy p;
   RETURN_IF_ERROR(CheckKeys(w, n, {"probe", "trip", "recovery", "backoff", "rate_limit", "max_attempts",
                                    "max_replay_bytes", "retry_on_statuses", "retry_on_errors",
-                                   "same_target_retries"}));
+                                   "same_target_retries", "least_latency"}));
+  RETURN_IF_ERROR(Field(w, n, "least_latency", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
+    RETURN_IF_ERROR(CheckKeys(pw, m, {"explore"}));
+    return Read(pw, m, "explore", &p.latency_explore, Number);
+  }));
   RETURN_IF_ERROR(Field(w, n, "probe", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"interval", "timeout"}));
     RETURN_IF_ERROR(Read(pw, m, "interval", &p.probe_interval, Duration));
@@ -277,8 +281,10 @@ absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
       c.strategy = Strategy::kRoundRobin;
     } else if (s == "lowest_cost") {
       c.strategy = Strategy::kLowestCost;
+    } else if (s == "least_latency") {
+      c.strategy = Strategy::kLeastLatency;
     } else {
-      return Error(x, absl::StrCat("must be failover, round_robin or lowest_cost, got \"", s, "\""));
+      return Error(x, absl::StrCat("must be failover, round_robin, lowest_cost or least_latency, got \"", s, "\""));
     }
     return absl::OkStatus();
   }));

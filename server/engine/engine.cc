@@ -161,7 +161,8 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     }
     e.rules = rules;
     e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy.max_attempts,
-                     e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell};
+                     e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell,
+                     e.config.policy.latency_explore};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
     for (const std::string& name : e.config.targets) {
       const uint32_t ti = snap->target_index.at(name);
@@ -222,6 +223,8 @@ void Engine::PublishLocked(const TargetEntry& t, HealthState before, Source sour
                                               : rt.health.state();
   rt.effective.store(static_cast<uint8_t>(after), std::memory_order_release);
   if (after == before) return;
+  // A target taken out is measured afresh when it is back (least_latency).
+  if (!internal::IsUsable(after)) rt.latency_ns.store(-1, std::memory_order_relaxed);
   rt.source = source;
   rt.reason = reason;
   Event e;

@@ -71,6 +71,9 @@ struct TargetRuntime {
   std::atomic<int64_t> held_until_ns{INT64_MIN};
   std::atomic<int64_t> rpm_minute{-1};
   std::atomic<int64_t> last_activity_ns{INT64_MIN};
+  // Decaying average of the success latency callers report (least_latency);
+  // -1 = not measured since the target was last usable.
+  std::atomic<int64_t> latency_ns{-1};
 
   std::mutex mu;
   // The small fields together, so they share padding.
@@ -113,6 +116,8 @@ struct ChainRuntime {
   absl::flat_hash_map<std::string, int64_t> rr_current;
   // round_robin session stickiness: session key -> target. Bounded.
   absl::flat_hash_map<std::string, std::string> sessions;
+  // least_latency: first attempts so far, to spread exploration evenly.
+  uint64_t latency_picks = 0;
 };
 
 // ---------------------------------------------------------------------------
@@ -146,6 +151,7 @@ struct ChainHot {
   uint32_t max_attempts = 0;
   uint64_t max_replay_bytes = 0;
   absl::Duration min_dwell;
+  double latency_explore = 0;  // percent
 };
 
 struct ChainEntry {
@@ -266,6 +272,7 @@ struct TargetStatus {
   bool enabled = true;
   uint32_t recovery_passes = 0;
   uint32_t trips = 0;
+  absl::Duration latency = -absl::InfiniteDuration();  // recent success latency; negative = not measured
   std::vector<std::string> chains;
 };
 
@@ -446,6 +453,8 @@ class Engine {
                                    absl::InlinedVector<PlannedAttempt, 8>* out);
   static void CountRequest(const TargetEntry& target, absl::Time now);
   static bool Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now);
+  // least_latency's first attempt among `eligible` (chain lock held).
+  static int LeastLatencyFirst(const ChainEntry& chain, uint64_t eligible);
 
   void MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now,
                       std::string* out);

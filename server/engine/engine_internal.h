@@ -1,6 +1,7 @@
 // Helpers shared by the engine's source files. Not part of the engine's API.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,14 @@ inline int ActivePosition(const ChainEntry& chain, const Snapshot& snap, ChainRu
   return rt.active_position;
 }
 
+
+// One reported success latency into the target's decaying average: a new
+// value weighs a fifth, so roughly the last ten successes decide.
+inline void RecordLatency(TargetRuntime& rt, absl::Duration latency) {
+  const int64_t x = absl::ToInt64Nanoseconds(std::min(latency, absl::Hours(1)));
+  const int64_t old = rt.latency_ns.load(std::memory_order_relaxed);
+  rt.latency_ns.store(old < 0 ? x : old + (x - old) / 5, std::memory_order_relaxed);
+}
 
 inline absl::Status NotFound(absl::string_view what, absl::string_view name) {
   return absl::NotFoundError(absl::StrCat(what, " \"", name, "\" not found"));

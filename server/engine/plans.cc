@@ -1,5 +1,6 @@
 // Plans: PickTarget's attempt order (DESIGN 3.4).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -31,6 +32,31 @@ void Engine::CountRequest(const TargetEntry& t, absl::Time now) {
     t.rt->rpm_count.store(0, std::memory_order_relaxed);
   }
   t.rt->rpm_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+int Engine::LeastLatencyFirst(const ChainEntry& chain, uint64_t eligible) {
+  // The fastest eligible target; one not measured yet goes first, so it is.
+  int fastest = -1;
+  int64_t best = INT64_MAX;
+  for (size_t i = 0; i < chain.slots.size(); ++i) {
+    if (!(eligible & Bit(i))) continue;
+    const int64_t latency = chain.slots[i].rt->latency_ns.load(std::memory_order_relaxed);
+    if (latency < 0) return static_cast<int>(i);
+    if (latency < best) {
+      best = latency;
+      fastest = static_cast<int>(i);
+    }
+  }
+  // Every (100 / explore)-th first attempt goes to one of the others, in turn.
+  const uint64_t pick = chain.rt->latency_picks++;
+  const uint64_t others = eligible & ~Bit(fastest);
+  if (chain.hot.latency_explore <= 0 || others == 0) return fastest;
+  const uint64_t every = std::max<uint64_t>(2, static_cast<uint64_t>(std::llround(100.0 / chain.hot.latency_explore)));
+  if (pick % every != every - 1) return fastest;
+  uint64_t k = (pick / every) % static_cast<uint64_t>(absl::popcount(others));
+  uint64_t rest = others;
+  while (k-- > 0) rest &= rest - 1;  // drop the lowest set bits
+  return absl::countr_zero(rest);
 }
 
 absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry& chain, absl::Time now,
@@ -110,6 +136,8 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
         if (rt.sessions.size() >= kMaxSessions) rt.sessions.clear();
         rt.sessions[session_key] = entry(first).config.name;
       }
+    } else if (strategy == Strategy::kLeastLatency) {
+      first = LeastLatencyFirst(chain, eligible);
     } else if (strategy == Strategy::kLowestCost) {
       for (size_t i = 0; i < n; ++i) {
         if ((eligible & Bit(i)) && (first < 0 || entry(i).config.cost < entry(first).config.cost)) {

@@ -142,6 +142,10 @@ absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
                    absl::StrCat("must not exceed rate_limit.max_hold (", absl::FormatDuration(p.rate_limit_max_hold),
                                 "), got ", absl::FormatDuration(p.rate_limit_hold)));
   }
+  if (!(p.latency_explore >= 0 && p.latency_explore <= 50)) {
+    return Invalid(absl::StrCat(path, ".least_latency.explore"),
+                   absl::StrCat("must be a percentage 0..50, got ", p.latency_explore));
+  }
   if (p.max_attempts > kMaxChainTargets) {
     return Invalid(absl::StrCat(path, ".max_attempts"),
                    absl::StrCat("must be 0..", kMaxChainTargets, ", got ", p.max_attempts));

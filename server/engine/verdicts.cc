@@ -68,6 +68,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     bool changed = false;
     const CallOutcome call{req.latency};
+    if (req.facts.success && req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
     if (req.facts.success) {
       if (may_transition) {
         changed = rt.health.OnCallSuccess(*t.health, now, call, t.seed, tr);

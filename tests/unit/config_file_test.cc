@@ -42,6 +42,10 @@ TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
   ASSERT_TRUE(busy.ok());
   EXPECT_EQ(busy->config.policy.trip_failure_rate, 20);
   EXPECT_EQ(busy->config.policy.trip_errors, 0u);
+  auto fastest = engine.GetChain("chat-fastest");
+  ASSERT_TRUE(fastest.ok());
+  EXPECT_EQ(fastest->config.strategy, Strategy::kLeastLatency);
+  EXPECT_EQ(fastest->config.policy.latency_explore, 5);
   auto local = engine.GetTarget("piper-local");
   ASSERT_TRUE(local.ok());
   EXPECT_FALSE(local->config.HasHealthCheck());
@@ -165,6 +169,7 @@ TEST(ConfigFileTest, RateTripsReadTheirKeysAndARateAloneTurnsTheErrorCountOff) {
       {"{trip: {slow_call: {duration: 1s}}}", "chains[0].policy.trip.slow_call.rate: trip.slow_call needs both"},
       {"{trip: {errors: 0}}", "chains[0].policy.trip.errors: must be 1..10000 (0 only with"},
       {"{trip: {slow_call: {speed: 1s}}}", "chains[0].policy.trip.slow_call.speed: unknown field"},
+      {"{least_latency: {explore: 60}}", "chains[0].policy.least_latency.explore: must be a percentage 0..50, got 60"},
   };
   for (const Case& c : cases) {
     auto bad = ParseConfigText(absl::StrCat("targets: [{name: a}, {name: b}]\nchains:\n  - name: c\n    targets: [a, b]\n"

@@ -504,6 +504,95 @@ TEST_F(EngineTest, LowestCostPicksTheCheapestUsableTargetThenDeclaredOrder) {
   EXPECT_THAT(Names(Pick("cheap")), ElementsAre("c", "a"));
 }
 
+// least_latency: three targets whose reported success latencies are 300, 100
+// and 200 ms; exploration every 10th first attempt (explore 10%).
+class LeastLatencyTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    ChainConfig ch = Chain("fast", {"a", "b", "c"});
+    ch.strategy = Strategy::kLeastLatency;
+    ch.policy.latency_explore = 10;
+    ch.policy.trip_errors = 1;
+    ApplyOk({Target("a"), Target("b"), Target("c")}, {ch});
+  }
+  void Succeed(const std::string& target, absl::Duration latency) {
+    ReportRequest req;
+    req.chain = "fast";
+    req.target = target;
+    req.facts = Success();
+    req.latency = latency;
+    ReportResult r;
+    Events events;
+    ASSERT_TRUE(engine_.Report(req, now_, &r, &events).ok());
+  }
+  void Measure() {
+    Succeed("a", absl::Milliseconds(300));
+    Succeed("b", absl::Milliseconds(100));
+    Succeed("c", absl::Milliseconds(200));
+  }
+  // The first attempt of `n` picks, counted by target.
+  std::map<std::string, int> Firsts(int n) {
+    std::map<std::string, int> out;
+    for (int i = 0; i < n; ++i) ++out[Pick("fast").attempts.front().target->config.name];
+    return out;
+  }
+};
+
+TEST_F(LeastLatencyTest, AnUnmeasuredTargetGoesFirstSoItIsMeasured) {
+  EXPECT_EQ(Names(Pick("fast")).front(), "a");
+  Succeed("a", absl::Milliseconds(300));
+  EXPECT_EQ(Names(Pick("fast")).front(), "b");
+  Succeed("b", absl::Milliseconds(100));
+  EXPECT_EQ(Names(Pick("fast")).front(), "c");
+}
+
+TEST_F(LeastLatencyTest, TheFastestGoesFirstTheRestInDeclaredOrderAndExplorationTakesItsShareInTurn) {
+  Measure();
+  // Exploration takes the 10th, 20th, ... first attempts, alternating a and c.
+  Plan ninth;
+  for (int i = 0; i < 8; ++i) Pick("fast");
+  ninth = Pick("fast");
+  EXPECT_THAT(Names(ninth), ElementsAre("b", "a", "c"));
+  EXPECT_THAT(Names(Pick("fast")), ElementsAre("a", "b", "c"));  // the 10th: explores
+  const auto firsts = Firsts(180);                               // picks 11..190
+  EXPECT_EQ(firsts.at("b"), 162);
+  EXPECT_EQ(firsts.at("a"), 9);
+  EXPECT_EQ(firsts.at("c"), 9);
+}
+
+TEST_F(LeastLatencyTest, ExploreZeroNeverExploresAndTheAverageFollowsNewLatencies) {
+  ChainConfig ch = Chain("fast", {"a", "b", "c"});
+  ch.strategy = Strategy::kLeastLatency;
+  ch.policy.latency_explore = 0;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {ch});
+  Measure();
+  EXPECT_EQ(Firsts(50).at("b"), 50);
+  // b slows down to 1 s: a new value weighs a fifth, so one slow success
+  // (100ms -> 280ms) puts it behind c (200ms), and two behind a too.
+  Succeed("b", absl::Seconds(1));
+  EXPECT_THAT(Names(Pick("fast")), ElementsAre("c", "a", "b"));
+  auto b = engine_.GetTarget("b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->status.latency, absl::Milliseconds(280));
+  Succeed("b", absl::Seconds(1));
+  Succeed("c", absl::Seconds(1));  // c: 200ms -> 360ms, behind a
+  EXPECT_THAT(Names(Pick("fast")), ElementsAre("a", "b", "c"));
+}
+
+TEST_F(LeastLatencyTest, ATargetTakenOutIsMeasuredAfreshWhenItIsBack) {
+  Measure();
+  FailTarget("fast", "b");
+  ASSERT_EQ(Health("b"), HealthState::kDown);
+  EXPECT_EQ(Names(Pick("fast")).front(), "c");
+  auto b = engine_.GetTarget("b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_LT(b->status.latency, absl::ZeroDuration()) << "a DOWN target keeps no latency";
+  // Back (a real success on RECOVERING, then passes): unmeasured, so first.
+  for (int i = 0; i < 3; ++i) Succeed("b", absl::ZeroDuration());
+  ASSERT_EQ(Health("b"), HealthState::kHealthy);
+  EXPECT_EQ(Names(Pick("fast")).front(), "b");
+}
+
 // --- verdicts (DESIGN 3.5) ----------------------------------------------------
 
 TEST_F(EngineTest, SuccessIsDone) {

@@ -1,5 +1,8 @@
-// Rate trips through the real binary (DESIGN 3.2): a target trips on the share
-// of failed or slow calls once enough calls were seen, not on one failure.
+// Policies from real traffic through the real binary: rate trips (a target
+// trips on the share of failed or slow calls once enough calls were seen, not
+// on one failure) and the least_latency strategy.
+#include <map>
+
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
 
@@ -8,7 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class RateTripTest : public ApiTest {
+class TrafficPolicyTest : public ApiTest {
  protected:
   void SetUp() override { StartServer(); }
 
@@ -24,9 +27,13 @@ class RateTripTest : public ApiTest {
 
   v1::ReportOutcomeResponse Succeed(absl::Duration latency) {
     v1::PickTargetResponse pick = Pick("ch");
+    return SucceedOn(pick.decision_id(), pick.attempts(0).target(), latency);
+  }
+  v1::ReportOutcomeResponse SucceedOn(const std::string& decision, const std::string& target,
+                                      absl::Duration latency) {
     v1::ReportOutcomeRequest req;
-    req.set_decision_id(pick.decision_id());
-    req.set_target(pick.attempts(0).target());
+    req.set_decision_id(decision);
+    req.set_target(target);
     req.mutable_success();
     req.mutable_latency()->set_seconds(absl::ToInt64Seconds(latency));
     req.mutable_latency()->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(latency) % 1'000'000'000));
@@ -43,7 +50,7 @@ class RateTripTest : public ApiTest {
 
 // 15% errors is a target that works most of the time: with failure_rate 50
 // and min_calls 4 it stays, where the default (one failure) took it out.
-TEST_F(RateTripTest, AFailureRateTripsOnlyOnceEnoughCallsFailed) {
+TEST_F(TrafficPolicyTest, AFailureRateTripsOnlyOnceEnoughCallsFailed) {
   v1::TripPolicy trip;
   trip.set_failure_rate(50);
   trip.set_min_calls(4);
@@ -69,7 +76,7 @@ TEST_F(RateTripTest, AFailureRateTripsOnlyOnceEnoughCallsFailed) {
               HasSubstr("failure rate 50% (2 of 4 calls within 1m) reached trip.failure_rate 50%"));
 }
 
-TEST_F(RateTripTest, SlowSuccessesTripTheTargetFromTheReportedLatency) {
+TEST_F(TrafficPolicyTest, SlowSuccessesTripTheTargetFromTheReportedLatency) {
   v1::TripPolicy trip;
   trip.set_min_calls(3);
   *trip.mutable_slow_call()->mutable_duration() = Millis(1000);
@@ -86,7 +93,7 @@ TEST_F(RateTripTest, SlowSuccessesTripTheTargetFromTheReportedLatency) {
   EXPECT_THAT(Target("a").status().reason(), HasSubstr("slow calls 66.7% (2 of 3 calls slower than 1s"));
 }
 
-TEST_F(RateTripTest, BadRateSettingsAndLatenciesAreRefusedWithTheirField) {
+TEST_F(TrafficPolicyTest, BadRateSettingsAndLatenciesAreRefusedWithTheirField) {
   v1::ApplyRequest req;
   AddTarget(&req, "a");
   AddTarget(&req, "b");
@@ -108,6 +115,29 @@ TEST_F(RateTripTest, BadRateSettingsAndLatenciesAreRefusedWithTheirField) {
   s = decide_->ReportOutcome(Ctx().get(), report, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("latency: must not be negative"));
+}
+
+// Callers report each success's latency; the next first attempts go to the
+// fastest target, and every 4th (explore: 25) to another one in turn.
+TEST_F(TrafficPolicyTest, LeastLatencySendsFirstAttemptsToTheFastestTargetAndExplores) {
+  v1::ApplyRequest req;
+  AddTarget(&req, "a");
+  AddTarget(&req, "b");
+  v1::Chain* chain = AddChain(&req, "ch", {"a", "b"});
+  chain->set_strategy(v1::STRATEGY_LEAST_LATENCY);
+  chain->mutable_policy()->mutable_least_latency()->set_explore(25);
+  ASSERT_TRUE(Apply(req).ok());
+  SucceedOn("", "a", absl::Milliseconds(900));
+  SucceedOn("", "b", absl::Milliseconds(150));
+  EXPECT_EQ(Target("b").status().latency().nanos(), 150'000'000);
+  std::map<std::string, int> firsts;
+  for (int i = 0; i < 40; ++i) {
+    v1::PickTargetResponse pick = Pick("ch");
+    ASSERT_EQ(pick.attempts_size(), 2);
+    ++firsts[pick.attempts(0).target()];
+  }
+  EXPECT_EQ(firsts["b"], 30);
+  EXPECT_EQ(firsts["a"], 10);
 }
 
 }  // namespace

@@ -57,13 +57,15 @@ namespace {
 constexpr std::array<const char*, kReasonCount> kReasonNames = {
     "none",           "network",        "timeout",   "overloaded",       "server_error",
     "rate_limit",     "auth",           "billing",   "model_not_found",  "capability_gap",
-    "admission",      "context_overflow", "client_error", "cancelled",   "unknown"};
+    "admission",      "context_overflow", "client_error", "cancelled",   "unknown",
+    "retry_budget"};
 }  // namespace
 
 const char* ReasonName(Reason r) { return kReasonNames[static_cast<int>(r)]; }
 
 bool ParseReason(const std::string& name, Reason* out) {
-  for (int i = 1; i < kReasonCount; ++i) {
+  // Only classifications: kNone and kRetryBudget name no kind of failure.
+  for (int i = 1; i <= static_cast<int>(Reason::kUnknown); ++i) {
     if (name == kReasonNames[i]) {
       *out = static_cast<Reason>(i);
       return true;
@@ -78,6 +80,7 @@ bool Policy::operator==(const Policy& o) const {
                     p.trip_min_calls, p.trip_slow_call_duration, p.trip_slow_call_rate, p.recovery_probes,
                     p.recovery_min_dwell, p.backoff_factor, p.backoff_steps, p.backoff_max,
                     p.backoff_reset_after, p.rate_limit_on, p.rate_limit_hold, p.rate_limit_max_hold, p.max_attempts, p.latency_explore,
+                    p.retry_budget_ratio, p.retry_budget_min_per_second,
                     p.max_replay_bytes, p.retry_on_statuses, p.retry_on_errors, p.same_target_retries);
   };
   return tie(*this) == tie(o);

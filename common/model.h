@@ -40,8 +40,10 @@ enum class Reason : uint8_t {
   kClientError,
   kCancelled,
   kUnknown,
+  // Not a classification: a retry the chain's retry budget refused.
+  kRetryBudget,
 };
-inline constexpr int kReasonCount = static_cast<int>(Reason::kUnknown) + 1;
+inline constexpr int kReasonCount = static_cast<int>(Reason::kRetryBudget) + 1;
 
 const char* HealthStateName(HealthState s);
 const char* ChainStateName(ChainState s);
@@ -82,6 +84,10 @@ struct Policy {
   // least_latency: percent of first attempts sent to another usable target
   // than the fastest, so that targets are measured again.
   double latency_explore = 5;
+  // Retries (RETRY_SAME and TRY_NEXT) allowed per first attempt over the last
+  // 10 s, with a floor of min_per_second; 0 = no budget.
+  double retry_budget_ratio = 0;
+  double retry_budget_min_per_second = 1;
   // Empty = the defaults (DESIGN 3.5 table). Non-empty replaces the default.
   std::vector<std::string> retry_on_statuses;
   std::vector<std::string> retry_on_errors;

@@ -67,6 +67,8 @@ absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view pa
                                     out.rate_limit_max_hold, absl::StrCat(path, ".rate_limit.max_hold")));
   out.max_attempts = p.max_attempts();
   if (p.least_latency().has_explore()) out.latency_explore = p.least_latency().explore();
+  out.retry_budget_ratio = p.retry_budget().ratio();
+  if (p.retry_budget().has_min_per_second()) out.retry_budget_min_per_second = p.retry_budget().min_per_second();
   if (p.has_max_replay_bytes()) out.max_replay_bytes = p.max_replay_bytes();
   out.retry_on_statuses.assign(p.retry_on_statuses().begin(), p.retry_on_statuses().end());
   out.retry_on_errors.assign(p.retry_on_errors().begin(), p.retry_on_errors().end());
@@ -109,6 +111,10 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   DurationToProto(p.rate_limit_max_hold, out->mutable_rate_limit()->mutable_max_hold());
   out->set_max_attempts(p.max_attempts);
   if (p.latency_explore != Policy().latency_explore) out->mutable_least_latency()->set_explore(p.latency_explore);
+  if (p.retry_budget_ratio > 0) {
+    out->mutable_retry_budget()->set_ratio(p.retry_budget_ratio);
+    out->mutable_retry_budget()->set_min_per_second(p.retry_budget_min_per_second);
+  }
   out->set_max_replay_bytes(p.max_replay_bytes);
   for (const auto& s : p.retry_on_statuses) out->add_retry_on_statuses(s);
   for (const auto& s : p.retry_on_errors) out->add_retry_on_errors(s);
@@ -417,6 +423,7 @@ void EventToProto(const Event& e, v1::Event* out) {
 static_assert(static_cast<int>(failover::Reason::kNetwork) == failover::v1::FAILURE_REASON_NETWORK);
 static_assert(static_cast<int>(failover::Reason::kAdmission) == failover::v1::FAILURE_REASON_ADMISSION);
 static_assert(static_cast<int>(failover::Reason::kUnknown) == failover::v1::FAILURE_REASON_UNKNOWN);
+static_assert(static_cast<int>(failover::Reason::kRetryBudget) == failover::v1::FAILURE_REASON_RETRY_BUDGET);
 static_assert(static_cast<int>(failover::HealthState::kManual) + 1 == failover::v1::HEALTH_STATE_MANUAL);
 static_assert(static_cast<int>(failover::ChainState::kPinned) + 1 == failover::v1::CHAIN_STATE_PINNED);
 static_assert(static_cast<int>(failover::Source::kConfig) + 1 == failover::v1::TRANSITION_SOURCE_CONFIG);

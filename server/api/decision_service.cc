@@ -166,7 +166,10 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
   RETURN_IF_ERROR(changes.Await());
-  if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result.reason);
+  if (ctx_.metrics != nullptr) {
+    ctx_.metrics->OnOutcome(report.target, result.classified);
+    if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
+  }
   resp->set_verdict(VerdictToProto(result.verdict));
   resp->set_reason(ReasonToProto(result.reason));
   if (result.verdict == Verdict::kRetrySame) DurationToProto(result.retry_delay, resp->mutable_retry_delay());

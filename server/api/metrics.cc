@@ -5,8 +5,12 @@ namespace failover::api {
 Metrics::Metrics(prometheus::Registry& r)
     : switches_(prometheus::BuildCounter()
                     .Name("failover_switches_total")
-                    .Help("Changes of a chain's active target or state, by reason.")
+                    .Help("Changes of a chain's active target, by reason.")
                     .Register(r)),
+      budget_refusals_(prometheus::BuildCounter()
+                           .Name("failover_retry_budget_refusals_total")
+                           .Help("Retries refused (verdict FAIL) because the chain's retry budget was spent.")
+                           .Register(r)),
       decisions_(prometheus::BuildCounter()
                      .Name("failover_decisions_total")
                      .Help("PickTarget calls by chain and result (ok or error).")
@@ -81,6 +85,7 @@ void Metrics::Forget(const std::string& name) {
   if (auto it = counters_of_.find(name); it != counters_of_.end()) {
     for (prometheus::Counter* c : it->second) {
       switches_.Remove(c);
+      budget_refusals_.Remove(c);
       decisions_.Remove(c);
       outcomes_.Remove(c);
     }
@@ -96,7 +101,9 @@ void Metrics::OnEvents(const Events& events) {
   for (const Event& e : events) {
     switch (e.kind) {
       case EventKind::kChainSwitched: {
-        if (e.switch_reason == SwitchReason::kInitial) break;
+        // Only real changes of target: a state-only change (FALLBACK to
+        // DEGRADED on the same target, a pin of the active one) is not a switch.
+        if (e.switch_reason == SwitchReason::kInitial || e.from_target == e.to_target) break;
         prometheus::Counter& c = switches_.Add({{"chain", e.chain},
                                                 {"from", e.from_target},
                                                 {"to", e.to_target},
@@ -112,6 +119,14 @@ void Metrics::OnEvents(const Events& events) {
         break;
     }
   }
+}
+
+void Metrics::OnRetryBudgetRefusal(const std::string& chain) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  prometheus::Counter& c = budget_refusals_.Add({{"chain", chain}});
+  auto& list = counters_of_[chain];
+  if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
+  c.Increment();
 }
 
 void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency) {

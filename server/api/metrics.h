@@ -46,6 +46,8 @@ class Metrics {
   // `known`: the chain exists (unknown names share one label).
   void OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency);
   void OnOutcome(const std::string& target, Reason reason);
+  // Rare (only once a chain's budget is spent), so it takes the writer lock.
+  void OnRetryBudgetRefusal(const std::string& chain);
   void SetWatchers(size_t n);
   void SetProbeLeases(size_t n);
 
@@ -53,6 +55,7 @@ class Metrics {
   void Forget(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Counter>& switches_;
+  prometheus::Family<prometheus::Counter>& budget_refusals_;
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Family<prometheus::Counter>& outcomes_;
   prometheus::Histogram& decision_seconds_;

@@ -36,6 +36,7 @@
 #include "common/change.h"
 #include "server/engine/classify.h"
 #include "common/model.h"
+#include "server/engine/retry_budget.h"
 #include "server/engine/target_health.h"
 
 namespace failover {
@@ -118,6 +119,8 @@ struct ChainRuntime {
   absl::flat_hash_map<std::string, std::string> sessions;
   // least_latency: first attempts so far, to spread exploration evenly.
   uint64_t latency_picks = 0;
+  // Made on first use, only for chains with a retry budget.
+  std::unique_ptr<RetryBudget> retry_budget;
 };
 
 // ---------------------------------------------------------------------------
@@ -152,6 +155,8 @@ struct ChainHot {
   uint64_t max_replay_bytes = 0;
   absl::Duration min_dwell;
   double latency_explore = 0;  // percent
+  double retry_budget_ratio = 0;  // 0 = no budget
+  double retry_budget_min_per_second = 0;
 };
 
 struct ChainEntry {
@@ -214,7 +219,10 @@ struct ReportRequest {
 
 struct ReportResult {
   Verdict verdict = Verdict::kDone;
+  // The verdict's reason: the outcome's classification, or kRetryBudget.
   Reason reason = Reason::kNone;
+  Reason classified = Reason::kNone;  // the outcome's classification, always
+  std::string refused_chain;  // the chain whose retry budget refused a retry
   absl::Duration retry_delay = absl::ZeroDuration();
   bool has_next = false;
   PlannedAttempt next;

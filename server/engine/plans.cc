@@ -227,6 +227,10 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
     std::lock_guard<std::mutex> lock(chain->rt->mu);
     RETURN_IF_ERROR(
         BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
+    if (chain->hot.retry_budget_ratio > 0) {
+      if (!chain->rt->retry_budget) chain->rt->retry_budget = std::make_unique<RetryBudget>();
+      chain->rt->retry_budget->CountFirstAttempt(now);
+    }
     plan->state = chain->rt->state;
     plan->active_target = chain->rt->active;
   }

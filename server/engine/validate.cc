@@ -146,6 +146,14 @@ absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
     return Invalid(absl::StrCat(path, ".least_latency.explore"),
                    absl::StrCat("must be a percentage 0..50, got ", p.latency_explore));
   }
+  if (!(p.retry_budget_ratio >= 0 && p.retry_budget_ratio <= 10)) {
+    return Invalid(absl::StrCat(path, ".retry_budget.ratio"),
+                   absl::StrCat("must be 0..10 (0 = no budget), got ", p.retry_budget_ratio));
+  }
+  if (!(p.retry_budget_min_per_second >= 0 && p.retry_budget_min_per_second <= 100000)) {
+    return Invalid(absl::StrCat(path, ".retry_budget.min_per_second"),
+                   absl::StrCat("must be 0..100000, got ", p.retry_budget_min_per_second));
+  }
   if (p.max_attempts > kMaxChainTargets) {
     return Invalid(absl::StrCat(path, ".max_attempts"),
                    absl::StrCat("must be 0..", kMaxChainTargets, ", got ", p.max_attempts));

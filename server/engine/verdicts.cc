@@ -51,6 +51,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
 
   const Classification c = rules.Classify(req.facts);
   out->reason = c.reason;
+  out->classified = c.reason;
   out->counted = c.counts;
   out->decision_known = known;
   const std::string summary = req.facts.success ? "" : FailoverRules::Summarize(req.facts);
@@ -205,10 +206,31 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
         out->has_next = true;
         out->next = next.front();
         record.tried_mask |= Bit(out->next.position);
-        CountRequest(*out->next.target, now);
       }
     }
   }
+  // A retry of either kind spends the chain's retry budget, if it has one.
+  if ((out->verdict == Verdict::kRetrySame || out->verdict == Verdict::kTryNext) && chain != nullptr &&
+      chain->hot.retry_budget_ratio > 0) {
+    std::string why;
+    bool spent = false;
+    {
+      std::lock_guard<std::mutex> lock(chain->rt->mu);
+      if (!chain->rt->retry_budget) chain->rt->retry_budget = std::make_unique<RetryBudget>();
+      spent = chain->rt->retry_budget->TrySpend(chain->hot.retry_budget_ratio,
+                                                 chain->hot.retry_budget_min_per_second, now, &why);
+    }
+    if (!spent) {
+      out->verdict = Verdict::kFail;
+      out->reason = Reason::kRetryBudget;
+      out->refused_chain = chain->config.name;
+      out->has_next = false;
+      out->retry_delay = absl::ZeroDuration();
+      out->error = absl::StrCat("chain \"", chain->config.name, "\": ", why, "; last: ", target->config.name, ": ",
+                                summary);
+    }
+  }
+  if (out->verdict == Verdict::kTryNext) CountRequest(*out->next.target, now);
   if (known && out->verdict != Verdict::kFail) {
     decisions_->Put(id.seq, id.time, std::move(record));
   } else if (known) {

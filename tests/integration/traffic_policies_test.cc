@@ -140,5 +140,35 @@ TEST_F(TrafficPolicyTest, LeastLatencySendsFirstAttemptsToTheFastestTargetAndExp
   EXPECT_EQ(firsts["a"], 10);
 }
 
+// Every target fails; the chain's retry budget (floor 0.1/s: one retry per
+// 10 s) lets the first failure move on and refuses the next retry.
+TEST_F(TrafficPolicyTest, ASpentRetryBudgetEndsTheRequestWithFailAndIsCounted) {
+  StartServer({"--metrics-listen", "127.0.0.1:0"});
+  v1::ApplyRequest req;
+  AddTarget(&req, "a");
+  AddTarget(&req, "b");
+  v1::Chain* chain = AddChain(&req, "ch", {"a", "b"});
+  chain->mutable_policy()->mutable_trip()->set_errors(100);
+  chain->mutable_policy()->mutable_retry_budget()->set_ratio(0.01);
+  chain->mutable_policy()->mutable_retry_budget()->set_min_per_second(0.1);
+  ASSERT_TRUE(Apply(req).ok());
+  v1::PickTargetResponse pick = Pick("ch");
+  v1::ReportOutcomeResponse first = Report(pick.decision_id(), "a", 500, "boom");
+  EXPECT_EQ(first.verdict(), v1::VERDICT_TRY_NEXT);
+  v1::ReportOutcomeResponse second = Report(pick.decision_id(), "b", 500, "boom");
+  EXPECT_EQ(second.verdict(), v1::VERDICT_FAIL);
+  // Another request: its first failure would be a retry, and none is left.
+  v1::PickTargetResponse next = Pick("ch");
+  v1::ReportOutcomeResponse refused = Report(next.decision_id(), next.attempts(0).target(), 500, "boom");
+  EXPECT_EQ(refused.verdict(), v1::VERDICT_FAIL);
+  EXPECT_EQ(refused.reason(), v1::FAILURE_REASON_RETRY_BUDGET);
+  EXPECT_THAT(refused.error(), HasSubstr("chain \"ch\": retry budget spent: 1 retries for 2 first attempts"));
+  EXPECT_FALSE(refused.has_next_attempt());
+  EXPECT_EQ(Chain("ch").config().policy().retry_budget().ratio(), 0.01);
+  const std::string metrics = HttpGet(proc_->MetricsPort(), "/metrics");
+  EXPECT_THAT(metrics, HasSubstr("failover_retry_budget_refusals_total{chain=\"ch\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"}"));
+}
+
 }  // namespace
 }  // namespace failover::testing

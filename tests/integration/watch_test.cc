@@ -265,6 +265,14 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   EXPECT_THAT(text, HasSubstr("failover_decision_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("failover_watchers 1"));
   EXPECT_THAT(text, HasSubstr("failover_build_info{version="));
+  // b trips too: chain one goes DEGRADED on the same target, a change of
+  // state but not of target, which is not a switch.
+  Report(Pick("one").decision_id(), "b", 500, "boom");
+  ASSERT_TRUE(Eventually([&] {
+    text = HttpGet(port, "/metrics");
+    return text.find("failover_chain_state{chain=\"one\",state=\"degraded\"} 1") != std::string::npos;
+  }));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("from=\"b\",reason=\"trip\",to=\"b\"")));
   // A watcher that goes away is freed at once.
   w.ctx->TryCancel();
   EXPECT_TRUE(Eventually([&] { return HttpGet(port, "/metrics").find("failover_watchers 0") != std::string::npos; }));

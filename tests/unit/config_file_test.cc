@@ -169,6 +169,8 @@ TEST(ConfigFileTest, RateTripsReadTheirKeysAndARateAloneTurnsTheErrorCountOff) {
       {"{trip: {slow_call: {duration: 1s}}}", "chains[0].policy.trip.slow_call.rate: trip.slow_call needs both"},
       {"{trip: {errors: 0}}", "chains[0].policy.trip.errors: must be 1..10000 (0 only with"},
       {"{trip: {slow_call: {speed: 1s}}}", "chains[0].policy.trip.slow_call.speed: unknown field"},
+      {"{retry_budget: {ratio: -1}}", "chains[0].policy.retry_budget.ratio: must be 0..10 (0 = no budget), got -1"},
+      {"{retry_budget: {ratio: 0.2, per_minute: 3}}", "chains[0].policy.retry_budget.per_minute: unknown field"},
       {"{least_latency: {explore: 60}}", "chains[0].policy.least_latency.explore: must be a percentage 0..50, got 60"},
   };
   for (const Case& c : cases) {

@@ -595,6 +595,75 @@ TEST_F(LeastLatencyTest, ATargetTakenOutIsMeasuredAfreshWhenItIsBack) {
 
 // --- verdicts (DESIGN 3.5) ----------------------------------------------------
 
+// Retry budget: ratio 0.5 with a floor of 0.2/s (2 retries per 10 s window).
+// Targets answer 500 (server_error: no same-target retry) and do not trip,
+// so each failure asks for a retry on the next target (TRY_NEXT).
+class RetryBudgetTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    Policy p;
+    p.trip_errors = 1000;
+    p.same_target_retries[Reason::kServerError] = 0;
+    p.retry_budget_ratio = 0.5;
+    p.retry_budget_min_per_second = 0.2;
+    ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"}, p)});
+  }
+};
+
+TEST_F(RetryBudgetTest, TheFloorAllowsRetriesWithoutTrafficThenTheVerdictIsFailNamingTheBudget) {
+  // Reports outside any decision: no first attempts, so only the floor (2).
+  EXPECT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kTryNext);
+  EXPECT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kTryNext);
+  ReportResult third = Report("", "a", Http(500), "ch");
+  EXPECT_EQ(third.verdict, Verdict::kFail);
+  EXPECT_EQ(third.reason, Reason::kRetryBudget);
+  EXPECT_EQ(third.classified, Reason::kServerError);
+  EXPECT_FALSE(third.has_next);
+  EXPECT_THAT(third.error, HasSubstr("chain \"ch\": retry budget spent: 2 retries for 0 first attempts in the "
+                                     "last 10s (retry_budget.ratio 0.5, min_per_second 0.2); last: a: "));
+  // The window slides: 10 s later the floor is available again.
+  now_ += absl::Seconds(10);
+  EXPECT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kTryNext);
+}
+
+TEST_F(RetryBudgetTest, FirstAttemptsBuyRetriesAtTheRatio) {
+  // 10 first attempts: 5 retries allowed (above the floor of 2).
+  for (int i = 0; i < 10; ++i) Pick("ch");
+  int retries = 0;
+  for (int i = 0; i < 6; ++i) retries += Report("", "a", Http(500), "ch").verdict == Verdict::kTryNext;
+  EXPECT_EQ(retries, 5);
+  // Each new request buys half a retry: two more picks, one more retry.
+  Pick("ch");
+  Pick("ch");
+  EXPECT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kTryNext);
+  EXPECT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kFail);
+}
+
+TEST_F(RetryBudgetTest, SameTargetRetriesSpendTheBudgetToo) {
+  Policy p;
+  p.trip_errors = 1000;
+  p.retry_budget_ratio = 0.1;
+  p.retry_budget_min_per_second = 0.1;  // 1 per window
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"}, p)});
+  // Overloaded (529) is retried on the same target, twice by default: the
+  // first retry spends the one the budget has, the second is refused.
+  Plan plan = Pick("ch");
+  EXPECT_EQ(Report(plan.decision_id, "a", Http(529)).verdict, Verdict::kRetrySame);
+  ReportResult second = Report(plan.decision_id, "a", Http(529));
+  EXPECT_EQ(second.verdict, Verdict::kFail);
+  EXPECT_EQ(second.reason, Reason::kRetryBudget);
+  EXPECT_EQ(second.retry_delay, absl::ZeroDuration());
+}
+
+TEST_F(RetryBudgetTest, NoBudgetByDefault) {
+  Policy p;
+  p.trip_errors = 1000;
+  p.same_target_retries[Reason::kServerError] = 0;
+  ApplyOk({Target("a"), Target("b"), Target("c")}, {Chain("ch", {"a", "b", "c"}, p)});
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(Report("", "a", Http(500), "ch").verdict, Verdict::kTryNext) << i;
+}
+
+
 TEST_F(EngineTest, SuccessIsDone) {
   TwoTargetChain();
   Plan plan = Pick("assistant-llm");

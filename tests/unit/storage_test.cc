@@ -86,6 +86,9 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     c.policy.trip_min_calls = 40;
     c.policy.trip_slow_call_duration = absl::Milliseconds(1500);
     c.policy.trip_slow_call_rate = 30;
+    c.policy.latency_explore = 0;  // unset reads as 5: a stored 0 must stay 0
+    c.policy.retry_budget_ratio = 0.25;
+    c.policy.retry_budget_min_per_second = 0;
     config.put_chains = {c};
     // Two Changes in one write, as the committer groups them.
     Change admin;
@@ -139,6 +142,9 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_EQ(state->chains[0].policy.trip_min_calls, 40u);
   EXPECT_EQ(state->chains[0].policy.trip_slow_call_duration, absl::Milliseconds(1500));
   EXPECT_EQ(state->chains[0].policy.trip_slow_call_rate, 30);
+  EXPECT_EQ(state->chains[0].policy.latency_explore, 0);
+  EXPECT_EQ(state->chains[0].policy.retry_budget_ratio, 0.25);
+  EXPECT_EQ(state->chains[0].policy.retry_budget_min_per_second, 0);
   EXPECT_EQ(state->pins.at("ch"), "b");
   EXPECT_EQ(state->manual.at("b").reason, "maintenance");
   EXPECT_EQ(state->manual.at("b").since, kT0);

@@ -167,7 +167,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
   RETURN_IF_ERROR(changes.Await());
   if (ctx_.metrics != nullptr) {
-    ctx_.metrics->OnOutcome(report.target, result.classified);
+    ctx_.metrics->OnOutcome(report.target, result, report.latency);
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
   }
   resp->set_verdict(VerdictToProto(result.verdict));

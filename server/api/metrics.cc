@@ -34,7 +34,23 @@ Metrics::Metrics(prometheus::Registry& r)
                         .Name("failover_probe_leases")
                         .Help("Outstanding probe leases.")
                         .Register(r)
-                        .Add({})) {}
+                        .Add({})),
+      upstream_latency_(prometheus::BuildHistogram()
+                            .Name("failover_upstream_latency_seconds")
+                            .Help("Latency of successful attempts as callers report it, by target.")
+                            .Register(r)) {
+  // Every verdict and reason up front (64 series): counted without a lock.
+  auto& verdicts = prometheus::BuildCounter()
+                       .Name("failover_verdicts_total")
+                       .Help("ReportOutcome verdicts by verdict and reason (none = success).")
+                       .Register(r);
+  for (int v = 0; v < kVerdicts; ++v) {
+    for (int reason = 0; reason < kReasonCount; ++reason) {
+      verdicts_[v][reason] = &verdicts.Add({{"verdict", VerdictName(static_cast<Verdict>(v))},
+                                            {"reason", ReasonName(static_cast<Reason>(reason))}});
+    }
+  }
+}
 
 namespace {
 
@@ -60,15 +76,25 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   const std::shared_ptr<const Snapshot> snap = engine_->snapshot();
   prometheus::MetricFamily up = GaugeFamily(
       "failover_target_up", "1 when the target is usable (healthy or not yet judged), else 0.", snap->targets.size());
-  prometheus::MetricFamily target_state = GaugeFamily(
-      "failover_target_state", "1, labelled with the target's current health state.", snap->targets.size());
+  // State sets, as kube-state-metrics writes them: every state of every
+  // object, 1 for the current one and 0 for the others, so a query can
+  // compare states without knowing which series exist.
+  constexpr int kHealthStates = static_cast<int>(HealthState::kManual) + 1;
+  constexpr int kChainStates = static_cast<int>(ChainState::kPinned) + 1;
+  prometheus::MetricFamily target_state =
+      GaugeFamily("failover_target_state", "Per target and health state: 1 for the current state, else 0.",
+                  snap->targets.size() * kHealthStates);
   prometheus::MetricFamily chain_state =
-      GaugeFamily("failover_chain_state", "1, labelled with the chain's current state.", snap->chains.size());
+      GaugeFamily("failover_chain_state", "Per chain and state: 1 for the current state, else 0.",
+                  snap->chains.size() * kChainStates);
   for (const TargetEntry& t : snap->targets) {
     const HealthState health = t.rt->Effective();
     const bool usable = health == HealthState::kHealthy || health == HealthState::kUnknown;
     AddGauge(&up, {{"target", t.config.name}}, usable ? 1 : 0);
-    AddGauge(&target_state, {{"state", HealthStateName(health)}, {"target", t.config.name}}, 1);
+    for (int s = 0; s < kHealthStates; ++s) {
+      const auto state = static_cast<HealthState>(s);
+      AddGauge(&target_state, {{"state", HealthStateName(state)}, {"target", t.config.name}}, state == health);
+    }
   }
   for (const ChainEntry& c : snap->chains) {
     ChainState state;
@@ -76,7 +102,10 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
       std::lock_guard<std::mutex> lock(c.rt->mu);
       state = c.rt->state;
     }
-    AddGauge(&chain_state, {{"chain", c.config.name}, {"state", ChainStateName(state)}}, 1);
+    for (int s = 0; s < kChainStates; ++s) {
+      const auto each = static_cast<ChainState>(s);
+      AddGauge(&chain_state, {{"chain", c.config.name}, {"state", ChainStateName(each)}}, each == state);
+    }
   }
   return {std::move(up), std::move(target_state), std::move(chain_state)};
 }
@@ -94,6 +123,10 @@ void Metrics::Forget(const std::string& name) {
   decision_ok_.erase(name);
   decision_error_.erase(name);
   outcome_.erase(name);
+  if (auto it = latency_of_.find(name); it != latency_of_.end()) {
+    upstream_latency_.Remove(it->second);
+    latency_of_.erase(it);
+  }
 }
 
 void Metrics::OnEvents(const Events& events) {
@@ -156,22 +189,35 @@ void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Durati
   it->second->Increment();
 }
 
-void Metrics::OnOutcome(const std::string& target, Reason reason) {
-  const int r = static_cast<int>(reason);
+void Metrics::OnOutcome(const std::string& target, const ReportResult& result, absl::Duration latency) {
+  verdicts_[static_cast<int>(result.verdict)][static_cast<int>(result.reason)]->Increment();
+  const int r = static_cast<int>(result.classified);
+  const bool timed = result.classified == Reason::kNone && latency > absl::ZeroDuration();
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    if (auto it = outcome_.find(target); it != outcome_.end() && it->second[r] != nullptr) {
+    auto it = outcome_.find(target);
+    auto lat = timed ? latency_of_.find(target) : latency_of_.end();
+    if (it != outcome_.end() && it->second[r] != nullptr && (!timed || lat != latency_of_.end())) {
       it->second[r]->Increment();
+      if (timed) lat->second->Observe(absl::ToDoubleSeconds(latency));
       return;
     }
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
   auto& slots = outcome_.try_emplace(target).first->second;
   if (slots[r] == nullptr) {
-    slots[r] = &outcomes_.Add({{"target", target}, {"reason", ReasonName(reason)}});
+    slots[r] = &outcomes_.Add({{"target", target}, {"reason", ReasonName(result.classified)}});
     counters_of_[target].push_back(slots[r]);
   }
   slots[r]->Increment();
+  if (timed) {
+    prometheus::Histogram*& h = latency_of_[target];
+    if (h == nullptr) {
+      h = &upstream_latency_.Add({{"target", target}},
+                                 prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+    }
+    h->Observe(absl::ToDoubleSeconds(latency));
+  }
 }
 
 void Metrics::SetWatchers(size_t n) { watchers_.Set(static_cast<double>(n)); }

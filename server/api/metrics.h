@@ -45,7 +45,8 @@ class Metrics {
   void OnEvents(const Events& events);
   // `known`: the chain exists (unknown names share one label).
   void OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency);
-  void OnOutcome(const std::string& target, Reason reason);
+  // A report's verdict, its target's outcome and, for a success, its latency.
+  void OnOutcome(const std::string& target, const ReportResult& result, absl::Duration latency);
   // Rare (only once a chain's budget is spent), so it takes the writer lock.
   void OnRetryBudgetRefusal(const std::string& chain);
   void SetWatchers(size_t n);
@@ -61,6 +62,9 @@ class Metrics {
   prometheus::Histogram& decision_seconds_;
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
+  prometheus::Family<prometheus::Histogram>& upstream_latency_;
+  static constexpr int kVerdicts = static_cast<int>(Verdict::kFail) + 1;
+  std::array<std::array<prometheus::Counter*, kReasonCount>, kVerdicts> verdicts_{};
 
   std::shared_mutex mu_;
   // name -> its label sets, so a deleted object's series can be removed.
@@ -70,6 +74,7 @@ class Metrics {
   absl::flat_hash_map<std::string, prometheus::Counter*> decision_ok_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Counter*> decision_error_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::array<prometheus::Counter*, kReasonCount>> outcome_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, prometheus::Histogram*> latency_of_ ABSL_GUARDED_BY(mu_);
   prometheus::Counter* unknown_chain_ok_ = nullptr;
   prometheus::Counter* unknown_chain_error_ = nullptr;
 };

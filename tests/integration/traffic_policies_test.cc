@@ -165,8 +165,13 @@ TEST_F(TrafficPolicyTest, ASpentRetryBudgetEndsTheRequestWithFailAndIsCounted) {
   EXPECT_THAT(refused.error(), HasSubstr("chain \"ch\": retry budget spent: 1 retries for 2 first attempts"));
   EXPECT_FALSE(refused.has_next_attempt());
   EXPECT_EQ(Chain("ch").config().policy().retry_budget().ratio(), 0.01);
+  SucceedOn("", "a", absl::Milliseconds(300));
   const std::string metrics = HttpGet(proc_->MetricsPort(), "/metrics");
   EXPECT_THAT(metrics, HasSubstr("failover_retry_budget_refusals_total{chain=\"ch\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("failover_verdicts_total{reason=\"retry_budget\",verdict=\"fail\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("failover_upstream_latency_seconds_count{target=\"a\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("failover_upstream_latency_seconds_bucket{target=\"a\",le=\"0.25\"} 0"));
+  EXPECT_THAT(metrics, HasSubstr("failover_upstream_latency_seconds_bucket{target=\"a\",le=\"0.5\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"}"));
 }
 

@@ -258,8 +258,13 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   }));
   EXPECT_THAT(text, HasSubstr("failover_switches_total{chain=\"one\",from=\"a\",reason=\"trip\",to=\"b\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_target_up{target=\"a\"} 0"));
+  // State sets: the current state 1, every other state 0.
   EXPECT_THAT(text, HasSubstr("failover_target_state{state=\"down\",target=\"a\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_target_state{state=\"healthy\",target=\"a\"} 0"));
+  EXPECT_THAT(text, HasSubstr("failover_target_state{state=\"manual\",target=\"a\"} 0"));
   EXPECT_THAT(text, HasSubstr("failover_chain_state{chain=\"one\",state=\"fallback\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_chain_state{chain=\"one\",state=\"primary\"} 0"));
+  EXPECT_THAT(text, HasSubstr("failover_verdicts_total{reason=\"server_error\",verdict=\"try_next\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_decisions_total{chain=\"one\",result=\"ok\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_decision_seconds_count 1"));

@@ -1,7 +1,10 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -104,11 +107,116 @@ size_t Client::Flush() {
 
 LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutcome(const v1::Attempt&)>& attempt,
                        uint64_t body_bytes) {
+  RunOptions options;
+  options.body_bytes = body_bytes;
+  return Run(
+      chain, [&](const v1::Attempt& a, const AttemptContext&) { return attempt(a); }, options);
+}
+
+struct Client::HedgeResult {
+  // Not hedged: the first attempt answered within hedge_after. Its outcome,
+  // not reported yet.
+  bool hedged = false;
+  AttemptOutcome first;
+  // Hedged: both attempts ran and were reported (or buffered when failoverd
+  // could not be reached) in the order they finished.
+  std::vector<AttemptRecord> records;
+  std::vector<std::string> tried;
+  bool reached = true;
+  std::string served_by;  // the first success, if any
+  // The verdict on the attempt that finished last, which decides what follows.
+  v1::Attempt last_attempt;
+  v1::ReportOutcomeResponse last_verdict;
+};
+
+Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTargetResponse& plan,
+                                  const AttemptFn& attempt) {
+  struct Racer {
+    v1::Attempt target;
+    AttemptContext ctx;
+    std::atomic<bool> cancel{false};
+    AttemptOutcome out;
+  };
+  std::mutex mu;
+  std::condition_variable finished_cv;
+  std::vector<Racer*> finished;  // in the order they answered; guarded by mu
+  Racer racers[2];
+  for (int i = 0; i < 2; ++i) {
+    racers[i].target = plan.attempts(i);
+    racers[i].ctx = AttemptContext{static_cast<uint32_t>(i + 1), /*hedged=*/i == 1, &racers[i].cancel};
+  }
+  auto run = [&](Racer* r) {
+    AttemptOutcome out = attempt(r->target, r->ctx);
+    std::lock_guard<std::mutex> lock(mu);
+    r->out = std::move(out);
+    finished.push_back(r);
+    finished_cv.notify_all();
+  };
+  HedgeResult h;
+  std::thread first(run, &racers[0]);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (finished_cv.wait_for(lock, absl::ToChronoNanoseconds(FromProto(plan.hedge_after())),
+                             [&] { return !finished.empty(); })) {
+      lock.unlock();
+      first.join();
+      h.first = std::move(racers[0].out);
+      return h;
+    }
+  }
+  h.hedged = true;
+  std::thread second(run, &racers[1]);
+  {
+    // The first success tells the other attempt to stop.
+    std::unique_lock<std::mutex> lock(mu);
+    finished_cv.wait(lock, [&] {
+      for (Racer* r : finished) {
+        if (r->out.ok) return true;
+      }
+      return finished.size() == 2;
+    });
+    for (Racer* r : finished) {
+      if (r->out.ok) {
+        for (Racer& other : racers) other.cancel.store(&other != r, std::memory_order_release);
+        break;
+      }
+    }
+  }
+  first.join();
+  second.join();
+  for (Racer* r : finished) {
+    AttemptOutcome out = r->out;
+    if (!out.ok && r->cancel.load(std::memory_order_acquire)) {
+      // Told to stop: whatever it returned, it is not a failure of its target.
+      out.failure = v1::Failure();
+      out.failure.set_cancelled(true);
+      out.failure.set_message("cancelled: another attempt served the request");
+    }
+    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), r->target.target(), r->ctx.number, out);
+    report.set_hedged(r->ctx.hedged);
+    AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
+    v1::ReportOutcomeResponse verdict;
+    if (Report(report, &verdict)) {
+      record.verdict = verdict.verdict();
+      h.last_verdict = verdict;
+    } else {
+      Buffer(report);
+      h.reached = false;
+    }
+    h.records.push_back(record);
+    h.tried.push_back(r->target.target());
+    h.last_attempt = r->target;
+    if (out.ok && h.served_by.empty()) h.served_by = r->target.target();
+  }
+  return h;
+}
+
+LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options) {
   if (buffered_reports() > 0) Flush();
   LoopResult result;
   v1::PickTargetRequest pick;
   pick.set_chain(chain);
-  pick.set_body_bytes(body_bytes);
+  pick.set_body_bytes(options.body_bytes);
   v1::PickTargetResponse plan;
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
@@ -139,10 +247,49 @@ LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutc
 
   v1::Attempt current = plan_attempts.front();
   std::vector<std::string> tried;
-  for (uint32_t number = 1; number <= options_.max_steps; ++number) {
-    const AttemptOutcome out = attempt(current);
+  uint32_t number = 1;
+  std::optional<AttemptOutcome> ready;  // the current attempt's outcome, already in hand
+  if (options.idempotent && plan_attempts.size() >= 2 && FromProto(plan.hedge_after()) > absl::ZeroDuration()) {
+    HedgeResult h = Hedge(chain, plan, attempt);
+    if (!h.hedged) {
+      ready = std::move(h.first);
+    } else {
+      result.attempts = std::move(h.records);
+      tried = std::move(h.tried);
+      if (!h.served_by.empty()) {
+        result.ok = true;
+        result.served_by = h.served_by;
+        result.fail_static = !h.reached;
+        Promote(chain, h.served_by);
+        return result;
+      }
+      if (!h.reached) return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
+      // Both failed: the verdict on the last one decides.
+      number = 3;
+      switch (h.last_verdict.verdict()) {
+        case v1::VERDICT_RETRY_SAME:
+          options_.sleep(FromProto(h.last_verdict.retry_delay()));
+          current = h.last_attempt;
+          break;
+        case v1::VERDICT_TRY_NEXT:
+          current = h.last_verdict.next_attempt();
+          break;
+        default:
+          result.error = h.last_verdict.error();
+          return result;
+      }
+    }
+  }
+  for (; number <= options_.max_steps; ++number) {
+    AttemptOutcome out;
+    if (ready) {
+      out = std::move(*ready);
+      ready.reset();
+    } else {
+      out = attempt(current, AttemptContext{number, false, nullptr});
+    }
     tried.push_back(current.target());
-    AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED};
+    AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
     v1::ReportOutcomeResponse verdict;
     if (!Report(report, &verdict)) {
@@ -183,16 +330,17 @@ LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutc
 
 LoopResult Client::RunStatic(const std::string& chain, const std::string& decision_id,
                              const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
-                             const std::function<AttemptOutcome(const v1::Attempt&)>& attempt, LoopResult result) {
+                             const AttemptFn& attempt, LoopResult result) {
   result.fail_static = true;
   std::vector<std::string> failures;
   uint32_t number = static_cast<uint32_t>(result.attempts.size());
   for (const v1::Attempt& a : plan) {
     if (std::find(tried.begin(), tried.end(), a.target()) != tried.end()) continue;
-    const AttemptOutcome out = attempt(a);
+    ++number;
+    const AttemptOutcome out = attempt(a, AttemptContext{number, false, nullptr});
     tried.push_back(a.target());
-    Buffer(MakeReport(chain, decision_id, a.target(), ++number, out));
-    result.attempts.push_back(AttemptRecord{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED});
+    Buffer(MakeReport(chain, decision_id, a.target(), number, out));
+    result.attempts.push_back(AttemptRecord{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false});
     if (out.ok) {
       result.ok = true;
       result.served_by = a.target();

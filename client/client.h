@@ -8,8 +8,15 @@
 // sent mid-loop, it carries on down the plan the same way. Reports that could
 // not be sent are buffered (bounded, oldest dropped) and sent with the next
 // call that reaches failoverd. failoverd being down never takes the caller down.
+//
+// Hedging: for a request the caller marks idempotent, on a chain whose plan
+// carries hedge_after, the loop starts the plan's second attempt beside the
+// first once hedge_after passes without an answer. The first success wins;
+// the other attempt is told to stop (AttemptContext::Cancelled) and, unless
+// it succeeded too, is reported as cancelled.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -33,11 +40,29 @@ struct AttemptOutcome {
   absl::Duration latency = absl::ZeroDuration();
 };
 
+// What an attempt function is told besides its target.
+struct AttemptContext {
+  uint32_t number = 1;  // 1-based within the request, retries included
+  bool hedged = false;  // started beside a first attempt that was slow
+  // Set once another attempt served the request: return as soon as possible.
+  const std::atomic<bool>* cancelled = nullptr;
+  bool Cancelled() const { return cancelled != nullptr && cancelled->load(std::memory_order_acquire); }
+};
+
+struct RunOptions {
+  uint64_t body_bytes = 0;
+  // Only an idempotent request is hedged: both attempts may reach an upstream.
+  bool idempotent = false;
+};
+
+using AttemptFn = std::function<AttemptOutcome(const v1::Attempt&, const AttemptContext&)>;
+
 struct AttemptRecord {
   std::string target;
   uint32_t number = 0;
   bool ok = false;
   v1::Verdict verdict = v1::VERDICT_UNSPECIFIED;  // unspecified when failoverd was not reached
+  bool hedged = false;  // started beside a slow first attempt
 };
 
 struct LoopResult {
@@ -66,6 +91,8 @@ class Client {
   // Serves one request on `chain`: `attempt` performs one call to the target.
   LoopResult Run(const std::string& chain, const std::function<AttemptOutcome(const v1::Attempt&)>& attempt,
                  uint64_t body_bytes = 0);
+  // The same, with the attempt's context and options (hedging).
+  LoopResult Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options);
 
   size_t buffered_reports() const;
   // Sends buffered reports; returns how many were delivered.
@@ -78,8 +105,11 @@ class Client {
   // starts where the last request was served, as failoverd's active target would.
   void Promote(const std::string& chain, const std::string& target);
   LoopResult RunStatic(const std::string& chain, const std::string& decision_id,
-                       const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
-                       const std::function<AttemptOutcome(const v1::Attempt&)>& attempt, LoopResult result);
+                       const std::vector<v1::Attempt>& plan, std::vector<std::string> tried, const AttemptFn& attempt,
+                       LoopResult result);
+  // The first two attempts of a hedged plan (see the top of this file).
+  struct HedgeResult;
+  HedgeResult Hedge(const std::string& chain, const v1::PickTargetResponse& plan, const AttemptFn& attempt);
 
   std::shared_ptr<v1::DecisionService::StubInterface> stub_;
   ClientOptions options_;

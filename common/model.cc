@@ -80,7 +80,7 @@ bool Policy::operator==(const Policy& o) const {
                     p.trip_min_calls, p.trip_slow_call_duration, p.trip_slow_call_rate, p.recovery_probes,
                     p.recovery_min_dwell, p.backoff_factor, p.backoff_steps, p.backoff_max,
                     p.backoff_reset_after, p.rate_limit_on, p.rate_limit_hold, p.rate_limit_max_hold, p.max_attempts, p.latency_explore,
-                    p.retry_budget_ratio, p.retry_budget_min_per_second,
+                    p.retry_budget_ratio, p.retry_budget_min_per_second, p.hedge_after,
                     p.max_replay_bytes, p.retry_on_statuses, p.retry_on_errors, p.same_target_retries);
   };
   return tie(*this) == tie(o);

@@ -88,6 +88,9 @@ struct Policy {
   // 10 s, with a floor of min_per_second; 0 = no budget.
   double retry_budget_ratio = 0;
   double retry_budget_min_per_second = 1;
+  // A caller with an idempotent request may start the plan's next attempt
+  // while the first is still running after this long; zero = no hedging.
+  absl::Duration hedge_after = absl::ZeroDuration();
   // Empty = the defaults (DESIGN 3.5 table). Non-empty replaces the default.
   std::vector<std::string> retry_on_statuses;
   std::vector<std::string> retry_on_errors;

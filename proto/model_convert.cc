@@ -67,6 +67,8 @@ absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view pa
                                     out.rate_limit_max_hold, absl::StrCat(path, ".rate_limit.max_hold")));
   out.max_attempts = p.max_attempts();
   if (p.least_latency().has_explore()) out.latency_explore = p.least_latency().explore();
+  ASSIGN_OR_RETURN(out.hedge_after, OptionalDuration(p.hedge().has_after(), p.hedge().after(), out.hedge_after,
+                                                     absl::StrCat(path, ".hedge.after")));
   out.retry_budget_ratio = p.retry_budget().ratio();
   if (p.retry_budget().has_min_per_second()) out.retry_budget_min_per_second = p.retry_budget().min_per_second();
   if (p.has_max_replay_bytes()) out.max_replay_bytes = p.max_replay_bytes();
@@ -111,6 +113,7 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
   DurationToProto(p.rate_limit_max_hold, out->mutable_rate_limit()->mutable_max_hold());
   out->set_max_attempts(p.max_attempts);
   if (p.latency_explore != Policy().latency_explore) out->mutable_least_latency()->set_explore(p.latency_explore);
+  if (p.hedge_after > absl::ZeroDuration()) DurationToProto(p.hedge_after, out->mutable_hedge()->mutable_after());
   if (p.retry_budget_ratio > 0) {
     out->mutable_retry_budget()->set_ratio(p.retry_budget_ratio);
     out->mutable_retry_budget()->set_min_per_second(p.retry_budget_min_per_second);

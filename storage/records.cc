@@ -40,6 +40,7 @@ void EncodePolicy(const Policy& p, PolicyRecord* r) {
   r->set_rate_limit_max_hold_nanos(DurationToNanos(p.rate_limit_max_hold));
   r->set_max_attempts(p.max_attempts);
   r->set_latency_explore(p.latency_explore);
+  r->set_hedge_after_nanos(DurationToNanos(p.hedge_after));
   r->set_retry_budget_ratio(p.retry_budget_ratio);
   r->set_retry_budget_min_per_second(p.retry_budget_min_per_second);
   r->set_max_replay_bytes(p.max_replay_bytes);
@@ -69,6 +70,7 @@ bool DecodePolicy(const PolicyRecord& r, Policy* out) {
   if (r.rate_limit_max_hold_nanos() != 0) p.rate_limit_max_hold = DurationFromNanos(r.rate_limit_max_hold_nanos());
   p.max_attempts = r.max_attempts();
   if (r.has_latency_explore()) p.latency_explore = r.latency_explore();
+  p.hedge_after = DurationFromNanos(r.hedge_after_nanos());
   p.retry_budget_ratio = r.retry_budget_ratio();
   if (r.has_retry_budget_min_per_second()) p.retry_budget_min_per_second = r.retry_budget_min_per_second();
   p.max_replay_bytes = r.max_replay_bytes();

@@ -75,6 +75,7 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   resp->set_config_generation(plan.generation);
   resp->set_active_target(plan.active_target);
   for (const PlannedAttempt& a : plan.attempts) AttemptToProto(a, resp->add_attempts());
+  if (plan.hedge_after > absl::ZeroDuration()) DurationToProto(plan.hedge_after, resp->mutable_hedge_after());
   return absl::OkStatus();
 }
 
@@ -169,6 +170,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   if (ctx_.metrics != nullptr) {
     ctx_.metrics->OnOutcome(report.target, result, report.latency);
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
+    if (req.hedged()) ctx_.metrics->OnHedge();
   }
   resp->set_verdict(VerdictToProto(result.verdict));
   resp->set_reason(ReasonToProto(result.reason));

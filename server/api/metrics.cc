@@ -38,7 +38,12 @@ Metrics::Metrics(prometheus::Registry& r)
       upstream_latency_(prometheus::BuildHistogram()
                             .Name("failover_upstream_latency_seconds")
                             .Help("Latency of successful attempts as callers report it, by target.")
-                            .Register(r)) {
+                            .Register(r)),
+      hedges_(prometheus::BuildCounter()
+                  .Name("failover_hedges_total")
+                  .Help("Hedged attempts reported: started beside a slow first attempt.")
+                  .Register(r)
+                  .Add({})) {
   // Every verdict and reason up front (64 series): counted without a lock.
   auto& verdicts = prometheus::BuildCounter()
                        .Name("failover_verdicts_total")

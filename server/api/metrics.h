@@ -49,6 +49,7 @@ class Metrics {
   void OnOutcome(const std::string& target, const ReportResult& result, absl::Duration latency);
   // Rare (only once a chain's budget is spent), so it takes the writer lock.
   void OnRetryBudgetRefusal(const std::string& chain);
+  void OnHedge() { hedges_.Increment(); }
   void SetWatchers(size_t n);
   void SetProbeLeases(size_t n);
 
@@ -63,6 +64,7 @@ class Metrics {
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
   prometheus::Family<prometheus::Histogram>& upstream_latency_;
+  prometheus::Counter& hedges_;
   static constexpr int kVerdicts = static_cast<int>(Verdict::kFail) + 1;
   std::array<std::array<prometheus::Counter*, kReasonCount>, kVerdicts> verdicts_{};
 

@@ -137,7 +137,11 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   Policy p;
   RETURN_IF_ERROR(CheckKeys(w, n, {"probe", "trip", "recovery", "backoff", "rate_limit", "max_attempts",
                                    "max_replay_bytes", "retry_on_statuses", "retry_on_errors",
-                                   "same_target_retries", "least_latency", "retry_budget"}));
+                                   "same_target_retries", "least_latency", "retry_budget", "hedge"}));
+  RETURN_IF_ERROR(Field(w, n, "hedge", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
+    RETURN_IF_ERROR(CheckKeys(pw, m, {"after"}));
+    return Read(pw, m, "after", &p.hedge_after, Duration);
+  }));
   RETURN_IF_ERROR(Field(w, n, "retry_budget", [&](const Where& pw, const YAML::Node& m) -> absl::Status {
     RETURN_IF_ERROR(CheckKeys(pw, m, {"ratio", "min_per_second"}));
     RETURN_IF_ERROR(Read(pw, m, "ratio", &p.retry_budget_ratio, Number));

@@ -163,7 +163,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy.max_attempts,
                      e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell,
                      e.config.policy.latency_explore, e.config.policy.retry_budget_ratio,
-                     e.config.policy.retry_budget_min_per_second};
+                     e.config.policy.retry_budget_min_per_second, e.config.policy.hedge_after};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
     for (const std::string& name : e.config.targets) {
       const uint32_t ti = snap->target_index.at(name);

@@ -157,6 +157,7 @@ struct ChainHot {
   double latency_explore = 0;  // percent
   double retry_budget_ratio = 0;  // 0 = no budget
   double retry_budget_min_per_second = 0;
+  absl::Duration hedge_after = absl::ZeroDuration();
 };
 
 struct ChainEntry {
@@ -203,6 +204,8 @@ struct Plan {
   std::string active_target;
   uint64_t generation = 0;
   absl::InlinedVector<PlannedAttempt, 8> attempts;
+  // When an idempotent request may start attempts[1] beside attempts[0]; zero = not.
+  absl::Duration hedge_after = absl::ZeroDuration();
   std::shared_ptr<const Snapshot> snapshot;  // keeps `attempts` valid
 };
 

@@ -241,6 +241,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
     cap = std::min<size_t>(cap, 1 + chain->hot.max_attempts);
   }
   plan->attempts.resize(cap);
+  plan->hedge_after = cap >= 2 ? chain->hot.hedge_after : absl::ZeroDuration();
   CountRequest(*plan->attempts.front().target, now);
   plan->generation = snap->generation;
   MakeDecisionId(chain->config.name, exclude_mask, single, now, &plan->decision_id);

@@ -146,6 +146,11 @@ absl::Status ValidatePolicy(const Policy& p, absl::string_view path) {
     return Invalid(absl::StrCat(path, ".least_latency.explore"),
                    absl::StrCat("must be a percentage 0..50, got ", p.latency_explore));
   }
+  RETURN_IF_ERROR(NonNegative(p.hedge_after, absl::StrCat(path, ".hedge.after")));
+  if (p.hedge_after > absl::Hours(1)) {
+    return Invalid(absl::StrCat(path, ".hedge.after"),
+                   absl::StrCat("must be at most 1h, got ", absl::FormatDuration(p.hedge_after)));
+  }
   if (!(p.retry_budget_ratio >= 0 && p.retry_budget_ratio <= 10)) {
     return Invalid(absl::StrCat(path, ".retry_budget.ratio"),
                    absl::StrCat("must be 0..10 (0 = no budget), got ", p.retry_budget_ratio));

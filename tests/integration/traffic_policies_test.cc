@@ -3,6 +3,7 @@
 // on one failure) and the least_latency strategy.
 #include <map>
 
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
 
@@ -173,6 +174,43 @@ TEST_F(TrafficPolicyTest, ASpentRetryBudgetEndsTheRequestWithFailAndIsCounted) {
   EXPECT_THAT(metrics, HasSubstr("failover_upstream_latency_seconds_bucket{target=\"a\",le=\"0.25\"} 0"));
   EXPECT_THAT(metrics, HasSubstr("failover_upstream_latency_seconds_bucket{target=\"a\",le=\"0.5\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"}"));
+}
+
+// A chain with hedge.after hands the delay out with its plans; the C++ client
+// starts b beside a slow a, b serves, a is reported cancelled and not counted.
+TEST_F(TrafficPolicyTest, HedgedRequestsThroughTheClientLibrary) {
+  StartServer({"--metrics-listen", "127.0.0.1:0"});
+  v1::ApplyRequest req;
+  AddTarget(&req, "a");
+  AddTarget(&req, "b");
+  v1::Chain* chain = AddChain(&req, "ch", {"a", "b"});
+  *chain->mutable_policy()->mutable_hedge()->mutable_after() = Millis(20);
+  ASSERT_TRUE(Apply(req).ok());
+  EXPECT_EQ(Pick("ch").hedge_after().nanos(), 20'000'000);
+
+  client::Client client(v1::DecisionService::NewStub(proc_->Channel()));
+  client::RunOptions options;
+  options.idempotent = true;
+  client::LoopResult r = client.Run(
+      "ch",
+      [](const v1::Attempt& a, const client::AttemptContext& ctx) {
+        client::AttemptOutcome o;
+        if (a.target() == "b") {
+          o.ok = true;
+          o.latency = absl::Milliseconds(40);
+          return o;
+        }
+        // a hangs until it is told to stop (bounded, so a bug cannot hang the test).
+        const absl::Time give_up = absl::Now() + absl::Seconds(10);
+        while (!ctx.Cancelled() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+        o.failure.set_transport_error(v1::TRANSPORT_ERROR_TIMEOUT);
+        return o;
+      },
+      options);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.served_by, "b");
+  EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_UNKNOWN) << "a cancelled attempt counted against a";
+  EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), HasSubstr("failover_hedges_total 1"));
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // verdict, and the fail-static paths.
 #include "client/client.h"
 
+#include <condition_variable>
+#include <mutex>
+
 #include "failover/v1/decision_mock.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -201,6 +204,155 @@ TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {
   LoopResult r = client_->Run("ch", Attempt({}));
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.error, "chain \"ch\" not found");
+}
+
+// --- hedging ------------------------------------------------------------------
+
+v1::PickTargetResponse HedgedPlan(absl::Duration after) {
+  v1::PickTargetResponse p = Plan({"a", "b", "c"});
+  p.mutable_hedge_after()->set_seconds(absl::ToInt64Seconds(after));
+  p.mutable_hedge_after()->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(after) % 1'000'000'000));
+  return p;
+}
+
+// A latch the attempts of one test wait on, each with a deadline.
+class Signals {
+ public:
+  void Set(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_.push_back(name);
+    cv_.notify_all();
+  }
+  bool Wait(const std::string& name, absl::Duration deadline = absl::Seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline),
+                        [&] { return std::find(set_.begin(), set_.end(), name) != set_.end(); });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> set_;
+};
+
+class HedgeTest : public ClientTest {
+ protected:
+  // Every report is kept and answered with `verdicts` in turn.
+  void ExpectReports(std::vector<v1::ReportOutcomeResponse> verdicts) {
+    EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+        .Times(static_cast<int>(verdicts.size()))
+        .WillRepeatedly([this, verdicts](auto*, const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
+          std::lock_guard<std::mutex> lock(reports_mu_);
+          *resp = verdicts[reports_.size()];
+          reports_.push_back(req);
+          return grpc::Status::OK;
+        });
+  }
+  std::mutex reports_mu_;
+  std::vector<v1::ReportOutcomeRequest> reports_;
+  Signals signals_;
+};
+
+// a does not answer; b starts after hedge_after and succeeds; a is told to
+// stop and is reported as cancelled.
+TEST_F(HedgeTest, ASlowFirstAttemptIsHedgedAndTheWinnerServesTheRequest) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(HedgedPlan(absl::Milliseconds(5))), Return(grpc::Status::OK)));
+  ExpectReports({Verdict(v1::VERDICT_DONE), Verdict(v1::VERDICT_FAIL)});
+  RunOptions options;
+  options.idempotent = true;
+  bool a_saw_cancel = false;
+  LoopResult r = client_->Run(
+      "ch",
+      [&](const v1::Attempt& a, const AttemptContext& ctx) {
+        if (a.target() == "b") {
+          EXPECT_TRUE(ctx.hedged);
+          EXPECT_EQ(ctx.number, 2u);
+          return Ok();
+        }
+        // The slow one: waits until it is told to stop.
+        for (int i = 0; i < 10000 && !ctx.Cancelled(); ++i) signals_.Wait("never", absl::Milliseconds(1));
+        a_saw_cancel = ctx.Cancelled();
+        return Fail(504);
+      },
+      options);
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.served_by, "b");
+  EXPECT_TRUE(a_saw_cancel);
+  ASSERT_EQ(reports_.size(), 2u);
+  EXPECT_EQ(reports_[0].target(), "b");
+  EXPECT_TRUE(reports_[0].has_success());
+  EXPECT_TRUE(reports_[0].hedged());
+  EXPECT_EQ(reports_[1].target(), "a");
+  EXPECT_TRUE(reports_[1].failure().cancelled()) << "the loser is cancelled, not a 504 against its target";
+  EXPECT_FALSE(reports_[1].hedged());
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_TRUE(r.attempts[0].hedged);
+}
+
+TEST_F(HedgeTest, AFirstAttemptThatAnswersInTimeIsNotHedged) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(HedgedPlan(absl::Hours(1))), Return(grpc::Status::OK)));
+  ExpectReports({Verdict(v1::VERDICT_DONE)});
+  RunOptions options;
+  options.idempotent = true;
+  LoopResult r = client_->Run(
+      "ch", [&](const v1::Attempt& a, const AttemptContext&) { return a.target() == "a" ? Ok() : Fail(500); },
+      options);
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.served_by, "a");
+  ASSERT_EQ(reports_.size(), 1u);
+  EXPECT_FALSE(reports_[0].hedged());
+}
+
+TEST_F(HedgeTest, ARequestThatIsNotIdempotentIsNeverHedged) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(HedgedPlan(absl::Milliseconds(1))), Return(grpc::Status::OK)));
+  ExpectReports({Verdict(v1::VERDICT_DONE)});
+  std::vector<std::string> called;
+  LoopResult r = client_->Run(
+      "ch",
+      [&](const v1::Attempt& a, const AttemptContext&) {
+        called.push_back(a.target());
+        // Long past hedge_after: a hedge would have started b by now.
+        EXPECT_FALSE(signals_.Wait("b started", absl::Milliseconds(50)));
+        return Ok();
+      },
+      RunOptions{});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(called, std::vector<std::string>{"a"});
+}
+
+// Both fail: both are reported (neither cancelled) and the verdict on the
+// one that finished last decides: here TRY_NEXT to c.
+TEST_F(HedgeTest, WhenBothFailTheLastVerdictDecidesWhatFollows) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(HedgedPlan(absl::Milliseconds(1))), Return(grpc::Status::OK)));
+  ExpectReports({Verdict(v1::VERDICT_TRY_NEXT, "b"), Verdict(v1::VERDICT_TRY_NEXT, "c"), Verdict(v1::VERDICT_DONE)});
+  RunOptions options;
+  options.idempotent = true;
+  LoopResult r = client_->Run(
+      "ch",
+      [&](const v1::Attempt& a, const AttemptContext& ctx) {
+        if (a.target() == "b") {
+          signals_.Set("b started");
+          return Fail(502);
+        }
+        if (a.target() == "a") {
+          EXPECT_TRUE(signals_.Wait("b started"));
+          EXPECT_FALSE(ctx.Cancelled());
+          return Fail(500);
+        }
+        EXPECT_EQ(ctx.number, 3u);
+        return Ok();
+      },
+      options);
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.served_by, "c");
+  ASSERT_EQ(reports_.size(), 3u);
+  EXPECT_FALSE(reports_[0].failure().cancelled());
+  EXPECT_FALSE(reports_[1].failure().cancelled());
+  EXPECT_EQ(reports_[2].target(), "c");
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ TEST(ConfigFileTest, EveryExampleLoadsAndApplies) {
   ASSERT_TRUE(fastest.ok());
   EXPECT_EQ(fastest->config.strategy, Strategy::kLeastLatency);
   EXPECT_EQ(fastest->config.policy.latency_explore, 5);
+  EXPECT_EQ(fastest->config.policy.hedge_after, absl::Seconds(3));
+  EXPECT_EQ(fastest->config.policy.retry_budget_ratio, 0.2);
   auto local = engine.GetTarget("piper-local");
   ASSERT_TRUE(local.ok());
   EXPECT_FALSE(local->config.HasHealthCheck());
@@ -169,6 +171,7 @@ TEST(ConfigFileTest, RateTripsReadTheirKeysAndARateAloneTurnsTheErrorCountOff) {
       {"{trip: {slow_call: {duration: 1s}}}", "chains[0].policy.trip.slow_call.rate: trip.slow_call needs both"},
       {"{trip: {errors: 0}}", "chains[0].policy.trip.errors: must be 1..10000 (0 only with"},
       {"{trip: {slow_call: {speed: 1s}}}", "chains[0].policy.trip.slow_call.speed: unknown field"},
+      {"{hedge: {after: -1s}}", "chains[0].policy.hedge.after: must not be negative"},
       {"{retry_budget: {ratio: -1}}", "chains[0].policy.retry_budget.ratio: must be 0..10 (0 = no budget), got -1"},
       {"{retry_budget: {ratio: 0.2, per_minute: 3}}", "chains[0].policy.retry_budget.per_minute: unknown field"},
       {"{least_latency: {explore: 60}}", "chains[0].policy.least_latency.explore: must be a percentage 0..50, got 60"},

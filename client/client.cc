@@ -88,20 +88,26 @@ void Client::Promote(const std::string& chain, const std::string& target) {
 size_t Client::Flush() {
   size_t delivered = 0;
   for (;;) {
+    // Taken out under the lock, so threads flushing at once each send a
+    // different report (and never pop a deque another thread emptied).
     v1::ReportOutcomeRequest req;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (buffered_.empty()) return delivered;
-      req = buffered_.front();
+      req = std::move(buffered_.front());
+      buffered_.pop_front();
     }
     v1::ReportOutcomeResponse resp;
     grpc::ClientContext ctx;
     PrepareContext(options_.connection, &ctx);
     const grpc::Status s = stub_->ReportOutcome(&ctx, req, &resp);
-    if (Unreachable(s)) return delivered;  // keep it for later
-    std::lock_guard<std::mutex> lock(mu_);
-    buffered_.pop_front();  // delivered, or refused for good (it would never be accepted)
-    if (s.ok()) ++delivered;
+    if (Unreachable(s)) {
+      // Keep it for later, in front, unless the bound is full of newer ones.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (buffered_.size() < options_.max_buffered_reports) buffered_.push_front(std::move(req));
+      return delivered;
+    }
+    if (s.ok()) ++delivered;  // otherwise refused for good: it would never be accepted
   }
 }
 

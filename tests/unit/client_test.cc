@@ -2,8 +2,10 @@
 // verdict, and the fail-static paths.
 #include "client/client.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "failover/v1/decision_mock.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -196,6 +198,35 @@ TEST_F(ClientTest, TheBufferIsBoundedAndFlushedWhenFailoverdIsBack) {
   EXPECT_EQ(client_->Flush(), 3u);
   EXPECT_EQ(delivered, (std::vector<std::string>{"b", "c", "d"}));
   EXPECT_EQ(client_->buffered_reports(), 0u);
+}
+
+// Several threads flush at once when failoverd comes back: each report is
+// sent exactly once and nothing crashes (each used to copy the front report
+// and pop, popping an emptied deque).
+TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
+  ClientOptions options;
+  options.max_buffered_reports = 1000;
+  options.sleep = [](absl::Duration) {};
+  Client client(stub_, options);
+  client.SetDeclaredOrder("ch", {A("a")});
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  for (int i = 0; i < 400; ++i) client.Run("ch", Attempt({{"a", {Ok()}}}));
+  ASSERT_EQ(client.buffered_reports(), 400u);
+  std::mutex mu;
+  int total = 0;
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++total;
+    return grpc::Status::OK;
+  });
+  std::vector<std::thread> threads;
+  std::atomic<size_t> delivered{0};
+  for (int t = 0; t < 8; ++t) threads.emplace_back([&] { delivered += client.Flush(); });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(total, 400);
+  EXPECT_EQ(delivered.load(), 400u);
+  EXPECT_EQ(client.buffered_reports(), 0u);
 }
 
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {

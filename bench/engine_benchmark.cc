@@ -1,5 +1,7 @@
-// PickTarget and ReportOutcome in the engine with 10,000 chains of 8 targets.
-// Counts heap allocations per operation by wrapping the global operator new.
+// PickTarget and ReportOutcome in the engine with 10,000 chains of 8 targets,
+// with the default policy and with rate trips (failure rate and slow calls)
+// on every target. Counts heap allocations per operation by wrapping the
+// global operator new.
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -34,7 +36,7 @@ struct World {
   std::vector<std::string> chains;
   std::vector<std::string> first_targets;
 
-  World() {
+  explicit World(bool rates) {
     ConfigChange config;
     for (int i = 0; i < kTargets; ++i) {
       TargetConfig t;
@@ -44,6 +46,14 @@ struct World {
     for (int c = 0; c < kChains; ++c) {
       ChainConfig chain;
       chain.name = absl::StrCat("chain-", c);
+      if (rates) {
+        // Every outcome is tallied; none trips (the successes are fast).
+        chain.policy.trip_errors = 0;
+        chain.policy.trip_failure_rate = 50;
+        chain.policy.trip_min_calls = 100;
+        chain.policy.trip_slow_call_duration = absl::Seconds(2);
+        chain.policy.trip_slow_call_rate = 50;
+      }
       for (int k = 0; k < kTargetsPerChain; ++k) {
         chain.targets.push_back(config.targets[(c * 2 + k * 2503) % kTargets].name);
       }
@@ -69,7 +79,12 @@ struct World {
 };
 
 World& TheWorld() {
-  static World* world = new World();
+  static World* world = new World(/*rates=*/false);
+  return *world;
+}
+
+World& TheRateWorld() {
+  static World* world = new World(/*rates=*/true);
   return *world;
 }
 
@@ -94,10 +109,10 @@ void BM_PickTarget(benchmark::State& state) {
 }
 BENCHMARK(BM_PickTarget)->Threads(1)->Threads(2)->UseRealTime();
 
-void BM_ReportSuccess(benchmark::State& state) {
-  World& w = TheWorld();
+void ReportSuccess(benchmark::State& state, World& w) {
   ReportRequest req;
   req.facts.success = true;
+  req.latency = absl::Milliseconds(120);
   ReportResult result;
   Events events;
   uint64_t i = static_cast<uint64_t>(state.thread_index()) * 7919;
@@ -115,7 +130,13 @@ void BM_ReportSuccess(benchmark::State& state) {
         static_cast<double>(g_allocations.load() - allocs_before), benchmark::Counter::kAvgIterations);
   }
 }
+void BM_ReportSuccess(benchmark::State& state) { ReportSuccess(state, TheWorld()); }
 BENCHMARK(BM_ReportSuccess)->Threads(1)->Threads(2)->UseRealTime();
+
+// The same with trip.failure_rate and trip.slow_call on: each report is
+// tallied in its target's window.
+void BM_ReportSuccessWithRateTrips(benchmark::State& state) { ReportSuccess(state, TheRateWorld()); }
+BENCHMARK(BM_ReportSuccessWithRateTrips)->Threads(1)->Threads(2)->UseRealTime();
 
 // A pick followed by a report with the pick's decision id: the caller's loop.
 void BM_PickThenReport(benchmark::State& state) {

@@ -45,6 +45,7 @@ struct Options {
   int channels = 4;         // connections they share
   double failure_share = 0.05;
   int chains = 1000;
+  std::string strategy = "failover";  // or least_latency
   int server_cpu = 0;       // -1: not pinned
   int client_cpu = 1;
 };
@@ -192,6 +193,8 @@ class Load {
           report.mutable_failure()->set_http_status(500);
         } else {
           report.mutable_success();
+          // An upstream latency for least_latency's average: 50-250 ms.
+          report.mutable_latency()->set_nanos(static_cast<int32_t>(50'000'000 + unit(random) * 200'000'000));
         }
         grpc::ClientContext ctx;
         if (!stub->ReportOutcome(&ctx, report, &verdict).ok()) {
@@ -218,7 +221,7 @@ class Load {
 
 // 1 target in 2 per chain is remote, 1 local; a tripped target comes back
 // after a short dwell, so switches keep happening for the whole run.
-v1::ApplyRequest World(int chains) {
+v1::ApplyRequest World(int chains, v1::Strategy strategy) {
   v1::ApplyRequest config;
   for (int c = 0; c < chains; ++c) {
     const std::string a = "model-" + std::to_string(c) + "-a", b = "model-" + std::to_string(c) + "-b";
@@ -230,6 +233,7 @@ v1::ApplyRequest World(int chains) {
     chain->set_name("chain-" + std::to_string(c));
     chain->add_targets(a);
     chain->add_targets(b);
+    chain->set_strategy(strategy);
     chain->mutable_policy()->mutable_recovery()->mutable_min_dwell()->set_nanos(200'000'000);
     chain->mutable_policy()->mutable_recovery()->set_probes(1);
   }
@@ -267,6 +271,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--chains", options.chains, "Chains of 2 targets, picked in turn")->capture_default_str();
+  app.add_option("--strategy", options.strategy, "The chains' strategy")
+      ->check(CLI::IsMember({"failover", "least_latency"}))
+      ->capture_default_str();
   app.add_option("--server-cpu", options.server_cpu, "CPU failoverd is pinned to; -1 = not pinned")
       ->capture_default_str();
   app.add_option("--client-cpu", options.client_cpu, "CPU the load generator is pinned to; -1 = not pinned")
@@ -287,7 +294,10 @@ int main(int argc, char** argv) {
   {
     grpc::ClientContext ctx;
     v1::ApplyResponse resp;
-    grpc::Status s = v1::AdminService::NewStub(proc.Channel())->Apply(&ctx, World(options.chains), &resp);
+    grpc::Status s = v1::AdminService::NewStub(proc.Channel())->Apply(&ctx, World(options.chains, options.strategy == "least_latency"
+                                                                                 ? v1::STRATEGY_LEAST_LATENCY
+                                                                                 : v1::STRATEGY_FAILOVER),
+                                                               &resp);
     if (!s.ok()) {
       std::fprintf(stderr, "apply: %s\n", s.error_message().c_str());
       return 1;
@@ -305,9 +315,9 @@ int main(int argc, char** argv) {
   }
   const uint64_t events = LastSequence(proc) - events_before;
 
-  std::printf("%d client threads over %d channels, %d chains, %.0f%% of first attempts fail, %d x %.0f s per mode\n",
-              options.threads, options.channels, options.chains, options.failure_share * 100, options.rounds,
-              options.seconds);
+  std::printf("%d client threads over %d channels, %d %s chains, %.0f%% of first attempts fail, %d x %.0f s per mode\n",
+              options.threads, options.channels, options.chains, options.strategy.c_str(),
+              options.failure_share * 100, options.rounds, options.seconds);
   std::printf("load generator on CPU %d, failoverd on CPU %d (of %d)\n\n", options.client_cpu, options.server_cpu,
               cpus);
   std::printf("| %-30s | %9s | %6s | %6s | %8s | %13s | %6s |\n", "pair", "pairs/s", "p50 us", "p99 us",

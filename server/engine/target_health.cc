@@ -25,9 +25,10 @@ std::string Percent(double v) { return absl::StrFormat("%.3g%%", v); }
 }  // namespace
 
 int64_t OutcomeWindow::IndexOf(absl::Duration window, absl::Time now) {
-  const absl::Duration width = std::max(window / kSlices, absl::Nanoseconds(1));
-  absl::Duration rem;
-  return absl::IDivDuration(now - absl::UnixEpoch(), width, &rem);
+  // Integer nanoseconds: this runs on every tallied report.
+  const int64_t width = std::max<int64_t>(absl::ToInt64Nanoseconds(window) / kSlices, 1);
+  const int64_t t = absl::ToUnixNanos(now);
+  return t >= 0 ? t / width : (t - width + 1) / width;
 }
 
 void OutcomeWindow::Add(absl::Duration window, absl::Time now, bool failed, bool slow) {
@@ -176,14 +177,14 @@ std::string TargetHealth::RateTripReason(const HealthSettings& s, absl::Time now
   t.failures += extra.failures;
   t.slow += extra.slow;
   if (t.calls == 0 || t.calls < s.trip_min_calls) return "";
-  const std::string within = absl::StrCat(" within ", absl::FormatDuration(s.trip_window));
+  auto within = [&] { return absl::StrCat(" within ", absl::FormatDuration(s.trip_window)); };
   if (s.trip_failure_rate > 0 && t.failures * 100.0 >= s.trip_failure_rate * t.calls) {
     return absl::StrCat("failure rate ", Percent(t.failures * 100.0 / t.calls), " (", t.failures, " of ", t.calls,
-                        " calls", within, ") reached trip.failure_rate ", Percent(s.trip_failure_rate));
+                        " calls", within(), ") reached trip.failure_rate ", Percent(s.trip_failure_rate));
   }
   if (s.slow_call_rate > 0 && t.slow * 100.0 >= s.slow_call_rate * t.calls) {
     return absl::StrCat("slow calls ", Percent(t.slow * 100.0 / t.calls), " (", t.slow, " of ", t.calls,
-                        " calls slower than ", absl::FormatDuration(s.slow_call_duration), within,
+                        " calls slower than ", absl::FormatDuration(s.slow_call_duration), within(),
                         ") reached trip.slow_call.rate ", Percent(s.slow_call_rate));
   }
   return "";
@@ -199,8 +200,13 @@ bool TargetHealth::OnCallSuccess(const HealthSettings& s, absl::Time now, CallOu
                                  HealthTransition* out) {
   if (Tallies(s)) {
     Tally(s, now, /*failed=*/false, call);
-    const std::string rate = RateTripReason(s, now, {});
-    if (!rate.empty()) return GoDown(s, now, rate, seed, out);
+    // Only a slow success can trip: a fast one lowers every share (the
+    // failure rate is judged at the next failure), and skipping the sum
+    // keeps the common report cheap.
+    if (IsSlow(s, call)) {
+      const std::string rate = RateTripReason(s, now, {});
+      if (!rate.empty()) return GoDown(s, now, rate, seed, out);
+    }
   }
   return OnPass(s, now, /*strong=*/true, out);
 }
@@ -264,7 +270,7 @@ bool TargetHealth::FailureWouldChange(const HealthSettings& s, absl::Time now) c
 
 bool TargetHealth::CallSuccessWouldChange(const HealthSettings& s, absl::Time now, CallOutcome call) const {
   if (PassWouldChange(s, /*strong=*/true)) return true;
-  return !RateTripReason(s, now, {1, 0, IsSlow(s, call)}).empty();
+  return IsSlow(s, call) && !RateTripReason(s, now, {1, 0, 1}).empty();
 }
 
 bool TargetHealth::PassWouldChange(const HealthSettings& s, bool strong) const {

@@ -142,7 +142,8 @@ class TargetHealth {
   bool OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
                  HealthTransition* out);
   // A caller's success (real traffic): a strong pass that also counts toward
-  // the rate trips, so a slow one can take a HEALTHY target DOWN.
+  // the rate trips, so a slow one can take a HEALTHY target DOWN (a fast one
+  // never trips it).
   bool OnCallSuccess(const HealthSettings& s, absl::Time now, CallOutcome call, uint64_t seed,
                      HealthTransition* out);
   // Tallies a caller's outcome for the rate trips without changing state

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -14,6 +13,7 @@
 #include "server/api/auth.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
+#include "server/api/health_service.h"
 #include "server/api/metrics.h"
 #include "server/api/release_memory.h"
 #include "server/api/service_context.h"
@@ -28,9 +28,6 @@
 namespace failover {
 namespace {
 
-// The services whose health is reported; "" is the server as a whole.
-constexpr const char* kHealthServices[] = {"", "failover.v1.DecisionService", "failover.v1.AdminService"};
-
 absl::Status Refuse(absl::string_view what, const absl::Status& why) {
   return absl::Status(why.code(), absl::StrCat(what, ": ", why.message()));
 }
@@ -42,8 +39,7 @@ Daemon::Daemon(Flags flags) : flags_(std::move(flags)) {}
 Daemon::~Daemon() { (void)Stop(); }
 
 void Daemon::SetServingLocked(bool serving) {
-  if (server_ == nullptr) return;
-  for (const char* name : kHealthServices) server_->GetHealthCheckService()->SetServingStatus(name, serving);
+  if (health_service_ != nullptr) health_service_->SetServing(serving);
 }
 
 void Daemon::OnWrites(const absl::Status& status) {
@@ -165,7 +161,11 @@ absl::Status Daemon::Start() {
   decision_service_ = std::make_unique<api::DecisionService>(context, watch);
   admin_service_ = std::make_unique<api::AdminService>(context);
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own health service (its Watch streams are capped), not gRPC's default.
+  grpc::EnableDefaultHealthCheckService(false);
+  health_service_ = std::make_unique<api::HealthService>(flags_.max_watchers, [this](size_t n) {
+    if (metrics_) metrics_->SetHealthWatchers(n);
+  });
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
@@ -173,6 +173,7 @@ absl::Status Daemon::Start() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(flags_.max_message_bytes));
   builder.RegisterService(decision_service_.get());
   builder.RegisterService(admin_service_.get());
+  builder.RegisterService(health_service_.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", flags_.listen));
   {
@@ -225,6 +226,7 @@ absl::Status Daemon::Stop() {
       SetServingLocked(false);
     }
     if (events_) events_->CloseWatchers();
+    health_service_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(flags_.shutdown_grace_seconds * 1000)));
     server_->Wait();

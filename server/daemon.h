@@ -33,6 +33,7 @@ class AdminService;
 class Authorizer;
 class DecisionService;
 class EventLog;
+class HealthService;
 class Metrics;
 class StateCollector;
 }  // namespace api
@@ -71,6 +72,7 @@ class Daemon {
   std::unique_ptr<api::Authorizer> auth_;
   std::unique_ptr<api::DecisionService> decision_service_;
   std::unique_ptr<api::AdminService> admin_service_;
+  std::unique_ptr<api::HealthService> health_service_;
   std::unique_ptr<grpc::Server> server_;
 
   std::mutex health_mu_;

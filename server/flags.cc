@@ -59,7 +59,8 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-watchers", flags->max_watchers,
-                 "Concurrent WatchEvents streams; one more gets RESOURCE_EXHAUSTED")
+                 "Concurrent WatchEvents streams, and apart from them concurrent grpc.health.v1 Watch streams; "
+                 "one more of either gets RESOURCE_EXHAUSTED")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   try {

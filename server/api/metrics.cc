@@ -35,6 +35,11 @@ Metrics::Metrics(prometheus::Registry& r)
                         .Help("Outstanding probe leases.")
                         .Register(r)
                         .Add({})),
+      health_watchers_(prometheus::BuildGauge()
+                           .Name("failover_health_watchers")
+                           .Help("Open grpc.health.v1 Watch streams.")
+                           .Register(r)
+                           .Add({})),
       upstream_latency_(prometheus::BuildHistogram()
                             .Name("failover_upstream_latency_seconds")
                             .Help("Latency of successful attempts as callers report it, by target.")

@@ -51,6 +51,7 @@ class Metrics {
   void OnRetryBudgetRefusal(const std::string& chain);
   void OnHedge() { hedges_.Increment(); }
   void SetWatchers(size_t n);
+  void SetHealthWatchers(size_t n) { health_watchers_.Set(static_cast<double>(n)); }
   void SetProbeLeases(size_t n);
 
  private:
@@ -63,6 +64,7 @@ class Metrics {
   prometheus::Histogram& decision_seconds_;
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
+  prometheus::Gauge& health_watchers_;
   prometheus::Family<prometheus::Histogram>& upstream_latency_;
   prometheus::Counter& hedges_;
   static constexpr int kVerdicts = static_cast<int>(Verdict::kFail) + 1;

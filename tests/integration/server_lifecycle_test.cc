@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/support/api_test.h"
 #include "tests/support/failoverd_process.h"
 
 namespace failover::testing {
@@ -78,6 +79,64 @@ TEST(ServerLifecycleTest, ServesHealthAndReflectionThenStopsCleanlyOnSigterm) {
   ASSERT_TRUE(WIFEXITED(status)) << proc.Stderr();
   EXPECT_EQ(WEXITSTATUS(status), 0) << proc.Stderr();
   EXPECT_THAT(proc.Stderr(), ::testing::HasSubstr("stopped cleanly"));
+}
+
+// grpc.health.v1 Watch streams are counted and capped like WatchEvents
+// streams; unknown services are answered as the protocol says; SIGTERM tells
+// every Watch NOT_SERVING and ends it.
+TEST(ServerLifecycleTest, HealthWatchStreamsAreCountedCappedAndEndedOnSigterm) {
+  TempDir data;
+  FailoverdProcess proc({data.path(), {"--max-watchers", "2", "--metrics-listen", "127.0.0.1:0"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto stub = grpc::health::v1::Health::NewStub(proc.Channel());
+  struct Watch {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
+  };
+  auto open = [&](const std::string& service) {
+    auto w = std::make_unique<Watch>();
+    w->ctx.set_deadline(Deadline());
+    HealthCheckRequest req;
+    req.set_service(service);
+    w->reader = stub->Watch(&w->ctx, req);
+    return w;
+  };
+  HealthCheckResponse resp;
+  auto first = open("");
+  ASSERT_TRUE(first->reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVING);
+  auto unknown = open("no.such.Service");
+  ASSERT_TRUE(unknown->reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+  // Two are open: a third is refused, and says why.
+  auto third = open("failover.v1.DecisionService");
+  EXPECT_FALSE(third->reader->Read(&resp));
+  const grpc::Status refused = third->reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("health watchers: at most 2 at once"));
+  EXPECT_THAT(HttpGet(proc.MetricsPort(), "/metrics"), ::testing::HasSubstr("failover_health_watchers 2"));
+  // One goes away: its place is free again.
+  unknown->ctx.TryCancel();
+  (void)unknown->reader->Finish();
+  std::unique_ptr<Watch> again;
+  EXPECT_TRUE(Eventually([&] {
+    again = open("failover.v1.AdminService");
+    return again->reader->Read(&resp) && resp.status() == HealthCheckResponse::SERVING;
+  }));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    HealthCheckRequest req;
+    req.set_service("no.such.Service");
+    EXPECT_EQ(stub->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // SIGTERM: the open Watch hears NOT_SERVING, then its stream ends; the exit is clean.
+  std::thread stopper([&] { EXPECT_EQ(WEXITSTATUS(proc.Stop(SIGTERM)), 0) << proc.Stderr(); });
+  ASSERT_TRUE(first->reader->Read(&resp));
+  EXPECT_EQ(resp.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(first->reader->Read(&resp));
+  stopper.join();
 }
 
 TEST(ServerLifecycleTest, SigintAlsoStopsCleanly) {

@@ -8,12 +8,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/trailers.h"
 
 namespace failover::client {
 namespace {
 
-bool Unreachable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+// Only a failure of the transport means failoverd cannot be reached. An
+// answer from failoverd itself (UNAVAILABLE when an admin took every target
+// out, NOT_FOUND for a deleted chain) carries the failoverd-answered trailer
+// and is a decision to follow, not a reason to go fail-static.
+bool Unreachable(const grpc::Status& s, const grpc::ClientContext& ctx) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return false;
+  }
+  return ctx.GetServerTrailingMetadata().count(kAnsweredTrailer) == 0;
 }
 
 absl::Duration FromProto(const google::protobuf::Duration& d) {
@@ -70,10 +78,15 @@ void Client::Buffer(v1::ReportOutcomeRequest req) {
   while (buffered_.size() > options_.max_buffered_reports) buffered_.pop_front();
 }
 
-bool Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
+Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,
+                            std::string* refusal) {
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
-  return stub_->ReportOutcome(&ctx, req, resp).ok();
+  const grpc::Status s = stub_->ReportOutcome(&ctx, req, resp);
+  if (s.ok()) return Sent::kDelivered;
+  if (Unreachable(s, ctx)) return Sent::kUnreachable;
+  *refusal = s.error_message();
+  return Sent::kRefused;
 }
 
 void Client::Promote(const std::string& chain, const std::string& target) {
@@ -101,7 +114,7 @@ size_t Client::Flush() {
     grpc::ClientContext ctx;
     PrepareContext(options_.connection, &ctx);
     const grpc::Status s = stub_->ReportOutcome(&ctx, req, &resp);
-    if (Unreachable(s)) {
+    if (Unreachable(s, ctx)) {
       // Keep it for later, in front, unless the bound is full of newer ones.
       std::lock_guard<std::mutex> lock(mu_);
       if (buffered_.size() < options_.max_buffered_reports) buffered_.push_front(std::move(req));
@@ -129,6 +142,8 @@ struct Client::HedgeResult {
   std::vector<AttemptRecord> records;
   std::vector<std::string> tried;
   bool reached = true;
+  bool refused = false;  // failoverd answered a report with an error
+  std::string refusal;
   std::string served_by;  // the first success, if any
   // The verdict on the attempt that finished last, which decides what follows.
   v1::Attempt last_attempt;
@@ -202,12 +217,18 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     report.set_hedged(r->ctx.hedged);
     AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
     v1::ReportOutcomeResponse verdict;
-    if (Report(report, &verdict)) {
-      record.verdict = verdict.verdict();
-      h.last_verdict = verdict;
-    } else {
-      Buffer(report);
-      h.reached = false;
+    switch (Report(report, &verdict, &h.refusal)) {
+      case Sent::kDelivered:
+        record.verdict = verdict.verdict();
+        h.last_verdict = verdict;
+        break;
+      case Sent::kUnreachable:
+        Buffer(report);
+        h.reached = false;
+        break;
+      case Sent::kRefused:
+        h.refused = true;
+        break;
     }
     h.records.push_back(record);
     h.tried.push_back(r->target.target());
@@ -228,7 +249,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   PrepareContext(options_.connection, &ctx);
   const grpc::Status picked = stub_->PickTarget(&ctx, pick, &plan);
   if (!picked.ok()) {
-    if (!Unreachable(picked)) {
+    if (!Unreachable(picked, ctx)) {
       result.error = picked.error_message();
       return result;
     }
@@ -269,6 +290,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         Promote(chain, h.served_by);
         return result;
       }
+      if (h.refused) {
+        result.error = absl::StrCat("failoverd refused the report: ", h.refusal);
+        return result;
+      }
       if (!h.reached) return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
       // Both failed: the verdict on the last one decides.
       number = 3;
@@ -298,7 +323,20 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
     v1::ReportOutcomeResponse verdict;
-    if (!Report(report, &verdict)) {
+    std::string refusal;
+    const Sent sent = Report(report, &verdict, &refusal);
+    if (sent == Sent::kRefused) {
+      // failoverd answered (the chain was deleted, say): not fail-static.
+      result.attempts.push_back(record);
+      result.ok = out.ok;
+      if (out.ok) {
+        result.served_by = current.target();
+      } else {
+        result.error = absl::StrCat("failoverd refused the report: ", refusal);
+      }
+      return result;
+    }
+    if (sent == Sent::kUnreachable) {
       // failoverd went away mid-request: keep the report, carry on down the plan.
       Buffer(report);
       result.attempts.push_back(record);

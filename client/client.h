@@ -99,7 +99,10 @@ class Client {
   size_t Flush();
 
  private:
-  bool Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp);
+  enum class Sent { kDelivered, kUnreachable, kRefused };
+  // kRefused: failoverd answered with an error (in `refusal`); it would never
+  // accept the report, so it is not buffered.
+  Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal);
   void Buffer(v1::ReportOutcomeRequest req);
   // Moves `target` to the front of the cached order: the next fail-static run
   // starts where the last request was served, as failoverd's active target would.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/connection.h"
+#include "common/trailers.h"
 #include "client/format.h"
 #include "client/probe_agent.h"
 #include "client/upstream_failure.h"
@@ -37,8 +38,17 @@ constexpr int kExitRefused = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
 
+// The context of the last call made (failoverctl makes one call at a time).
+const grpc::ClientContext* g_last_call = nullptr;
+
+// Only the transport's failures mean failoverd is unreachable (exit 3): its own
+// refusals (UNAVAILABLE while the data dir takes no writes, say) carry the
+// failoverd-answered trailer and exit 1.
 bool Unreachable(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return false;
+  }
+  return g_last_call == nullptr || g_last_call->GetServerTrailingMetadata().count(failover::kAnsweredTrailer) == 0;
 }
 
 int ExitFor(const grpc::Status& s) {
@@ -118,11 +128,23 @@ struct Ctl {
   std::unique_ptr<v1::AdminService::Stub> admin;
   std::unique_ptr<v1::DecisionService::Stub> decide;
 
-  std::unique_ptr<grpc::ClientContext> Ctx(bool deadline = true) const {
+  // A context for the next call, kept until the one after so that its
+  // trailers can still be read when the call fails.
+  grpc::ClientContext* Ctx() const {
+    last_call = std::make_unique<grpc::ClientContext>();
+    failover::client::PrepareContext(conn, last_call.get());
+    g_last_call = last_call.get();
+    return last_call.get();
+  }
+  mutable std::unique_ptr<grpc::ClientContext> last_call;
+  // A context for a stream, owned by the caller: calls made while the stream
+  // runs (status --watch) must not replace it.
+  std::unique_ptr<grpc::ClientContext> StreamCtx() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
     failover::client::ConnectionOptions o = conn;
-    if (!deadline) o.timeout_seconds = 0;
+    o.timeout_seconds = 0;
     failover::client::PrepareContext(o, ctx.get());
+    g_last_call = ctx.get();
     return ctx;
   }
   OutputFormat Format() const {
@@ -154,7 +176,7 @@ int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
   for (auto& t : *req.mutable_targets()) t.clear_managed_by();
   for (auto& c : *req.mutable_chains()) c.clear_managed_by();
   v1::ApplyResponse resp;
-  const grpc::Status s = ctl.admin->Apply(ctl.Ctx().get(), req, &resp);
+  const grpc::Status s = ctl.admin->Apply(ctl.Ctx(), req, &resp);
   if (!s.ok()) {
     // Point at the file and line that declared the object the server names.
     const absl::Status located = failover::config::Locate(
@@ -179,13 +201,13 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       v1::GetChainRequest req;
       req.set_name(name);
       v1::ChainView view;
-      const grpc::Status s = ctl.admin->GetChain(ctl.Ctx().get(), req, &view);
+      const grpc::Status s = ctl.admin->GetChain(ctl.Ctx(), req, &view);
       if (!s.ok()) return ExitFor(s);
       if (!ctl.PrintStructured(view)) std::cout << ChainsTable({view.status()}) << "\n" << TargetsTable({view.status().targets().begin(), view.status().targets().end()});
       return kExitOk;
     }
     v1::ListChainsResponse resp;
-    const grpc::Status s = ctl.admin->ListChains(ctl.Ctx().get(), v1::ListChainsRequest(), &resp);
+    const grpc::Status s = ctl.admin->ListChains(ctl.Ctx(), v1::ListChainsRequest(), &resp);
     if (!s.ok()) return ExitFor(s);
     if (ctl.PrintStructured(resp)) return kExitOk;
     std::vector<v1::ChainStatus> chains;
@@ -199,13 +221,13 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       v1::GetTargetRequest req;
       req.set_name(name);
       v1::TargetView view;
-      const grpc::Status s = ctl.admin->GetTarget(ctl.Ctx().get(), req, &view);
+      const grpc::Status s = ctl.admin->GetTarget(ctl.Ctx(), req, &view);
       if (!s.ok()) return ExitFor(s);
       if (ctl.PrintStructured(view)) return kExitOk;
       targets.push_back(view.status());
     } else {
       v1::ListTargetsResponse resp;
-      const grpc::Status s = ctl.admin->ListTargets(ctl.Ctx().get(), v1::ListTargetsRequest(), &resp);
+      const grpc::Status s = ctl.admin->ListTargets(ctl.Ctx(), v1::ListTargetsRequest(), &resp);
       if (!s.ok()) return ExitFor(s);
       if (ctl.PrintStructured(resp)) return kExitOk;
       for (const auto& t : resp.targets()) targets.push_back(t.status());
@@ -219,7 +241,7 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
 int Status(Ctl& ctl, bool watch) {
   auto print = [&]() -> int {
     v1::StatusResponse resp;
-    const grpc::Status s = ctl.admin->GetStatus(ctl.Ctx().get(), v1::GetStatusRequest(), &resp);
+    const grpc::Status s = ctl.admin->GetStatus(ctl.Ctx(), v1::GetStatusRequest(), &resp);
     if (!s.ok()) return ExitFor(s);
     if (ctl.PrintStructured(resp)) return kExitOk;
     if (watch) std::cout << "\033[H\033[2J";  // redraw from the top
@@ -230,7 +252,7 @@ int Status(Ctl& ctl, bool watch) {
   if (const int rc = print(); rc != kExitOk || !watch) return rc;
   // Redraw on every change; reconnect when the stream drops.
   for (;;) {
-    auto ctx = ctl.Ctx(/*deadline=*/false);
+    auto ctx = ctl.StreamCtx();
     auto reader = ctl.decide->WatchEvents(ctx.get(), v1::WatchEventsRequest());
     v1::Event e;
     while (reader->Read(&e)) print();
@@ -245,7 +267,7 @@ int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, con
   for (const auto& c : chains) req.add_chains(c);
   for (const auto& t : targets) req.add_targets(t);
   v1::ListEventsResponse resp;
-  const grpc::Status s = ctl.admin->ListEvents(ctl.Ctx().get(), req, &resp);
+  const grpc::Status s = ctl.admin->ListEvents(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);
   if (ctl.PrintStructured(resp)) return kExitOk;
   for (const auto& e : resp.events()) std::cout << DescribeEvent(e) << "\n";
@@ -261,7 +283,7 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
   int64_t printed = 0;
   double backoff = 0.2;
   for (;;) {
-    auto ctx = ctl.Ctx(/*deadline=*/false);
+    auto ctx = ctl.StreamCtx();
     auto reader = ctl.decide->WatchEvents(ctx.get(), req);
     v1::Event e;
     bool got_any = false;
@@ -296,7 +318,7 @@ int Pick(Ctl& ctl, const std::string& chain, uint64_t body_bytes, const std::vec
   for (const auto& t : exclude) req.add_exclude_targets(t);
   req.set_session_key(session);
   v1::PickTargetResponse resp;
-  const grpc::Status s = ctl.decide->PickTarget(ctl.Ctx().get(), req, &resp);
+  const grpc::Status s = ctl.decide->PickTarget(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);
   if (ctl.PrintStructured(resp)) return kExitOk;
   std::cout << "decision " << resp.decision_id() << "\nchain state " << State(resp.chain_state()) << ", active "
@@ -360,7 +382,7 @@ int Report(Ctl& ctl, const ReportFlags& f) {
     if (f.retry_after > 0) failover::api::DurationToProto(absl::Seconds(f.retry_after), fail->mutable_retry_after());
   }
   v1::ReportOutcomeResponse resp;
-  const grpc::Status s = ctl.decide->ReportOutcome(ctl.Ctx().get(), req, &resp);
+  const grpc::Status s = ctl.decide->ReportOutcome(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);
   if (ctl.PrintStructured(resp)) return kExitOk;
   std::cout << "verdict " << Lower(v1::Verdict_Name(resp.verdict()), "VERDICT_") << ", reason "
@@ -542,11 +564,11 @@ int main(int argc, char** argv) {
     if (what == "chain" || what == "chains") {
       v1::DeleteChainRequest req;
       req.set_name(name);
-      s = ctl.admin->DeleteChain(ctl.Ctx().get(), req, &resp);
+      s = ctl.admin->DeleteChain(ctl.Ctx(), req, &resp);
     } else if (what == "target" || what == "targets") {
       v1::DeleteTargetRequest req;
       req.set_name(name);
-      s = ctl.admin->DeleteTarget(ctl.Ctx().get(), req, &resp);
+      s = ctl.admin->DeleteTarget(ctl.Ctx(), req, &resp);
     } else {
       return Usage(absl::StrCat("delete: expected chain or target, got \"", what, "\""));
     }
@@ -561,11 +583,11 @@ int main(int argc, char** argv) {
       v1::PinChainRequest req;
       req.set_chain(chain);
       req.set_target(target);
-      s = ctl.admin->PinChain(ctl.Ctx().get(), req, &view);
+      s = ctl.admin->PinChain(ctl.Ctx(), req, &view);
     } else {
       v1::UnpinChainRequest req;
       req.set_chain(chain);
-      s = ctl.admin->UnpinChain(ctl.Ctx().get(), req, &view);
+      s = ctl.admin->UnpinChain(ctl.Ctx(), req, &view);
     }
     if (!s.ok()) return ExitFor(s);
     if (!ctl.PrintStructured(view)) std::cout << ChainsTable({view.status()});
@@ -578,16 +600,16 @@ int main(int argc, char** argv) {
       v1::TriggerFailoverRequest req;
       req.set_target(target);
       req.set_reason(reason);
-      s = ctl.admin->TriggerFailover(ctl.Ctx().get(), req, &view);
+      s = ctl.admin->TriggerFailover(ctl.Ctx(), req, &view);
     } else if (*cancel) {
       v1::CancelFailoverRequest req;
       req.set_target(target);
-      s = ctl.admin->CancelFailover(ctl.Ctx().get(), req, &view);
+      s = ctl.admin->CancelFailover(ctl.Ctx(), req, &view);
     } else {
       v1::SetTargetEnabledRequest req;
       req.set_target(target);
       req.set_enabled(enable->parsed());
-      s = ctl.admin->SetTargetEnabled(ctl.Ctx().get(), req, &view);
+      s = ctl.admin->SetTargetEnabled(ctl.Ctx(), req, &view);
     }
     if (!s.ok()) return ExitFor(s);
     if (!ctl.PrintStructured(view)) std::cout << TargetsTable({view.status()});
@@ -597,7 +619,7 @@ int main(int argc, char** argv) {
     v1::ProbeNowRequest req;
     req.set_target(target);
     v1::ProbeNowResponse resp;
-    const grpc::Status s = ctl.admin->ProbeNow(ctl.Ctx().get(), req, &resp);
+    const grpc::Status s = ctl.admin->ProbeNow(ctl.Ctx(), req, &resp);
     if (!s.ok()) return ExitFor(s);
     if (!ctl.PrintStructured(resp)) std::cout << "probes due now: " << absl::StrJoin(resp.targets(), ", ") << "\n";
     return kExitOk;
@@ -605,7 +627,7 @@ int main(int argc, char** argv) {
   if (*health) {
     auto stub = grpc::health::v1::Health::NewStub(ctl.channel);
     grpc::health::v1::HealthCheckResponse resp;
-    const grpc::Status s = stub->Check(ctl.Ctx().get(), grpc::health::v1::HealthCheckRequest(), &resp);
+    const grpc::Status s = stub->Check(ctl.Ctx(), grpc::health::v1::HealthCheckRequest(), &resp);
     if (!s.ok()) return ExitFor(s);
     const bool serving = resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
     std::printf("%s\n", serving ? "SERVING" : "NOT_SERVING");

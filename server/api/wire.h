@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/trailers.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
 #include "server/api/service_context.h"
@@ -34,6 +35,7 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
   if (status.ok()) status = (service->*handler)(request, &response);
   if (status.ok()) status = SerializeMessage(response, out);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }

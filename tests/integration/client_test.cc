@@ -75,5 +75,74 @@ TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
               ::testing::HasSubstr(absl::StrCat("failover_outcomes_total{reason=\"none\",target=\"b\"} ", 3 + runs)));
 }
 
+// failoverd's own refusals are decisions, not outages: with every target
+// manually failed over PickTarget answers UNAVAILABLE and the library must not
+// send the request to its cached plan; a chain deleted mid-request makes the
+// report NOT_FOUND, which is not buffered and not a reason to go fail-static.
+TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  auto call = [&](auto method, const auto& req, auto* resp) {
+    grpc::ClientContext ctx;
+    return ((*admin).*method)(&ctx, req, resp);
+  };
+  v1::ApplyRequest config;
+  config.add_targets()->set_name("a");
+  config.add_targets()->set_name("b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  v1::ApplyResponse applied;
+  ASSERT_TRUE(call(&v1::AdminService::Stub::Apply, config, &applied).ok());
+
+  client::Client client(v1::DecisionService::NewStub(proc.Channel()));
+  int calls = 0;
+  auto upstream = [&](const v1::Attempt&) {
+    ++calls;
+    client::AttemptOutcome o;
+    o.ok = true;
+    return o;
+  };
+  ASSERT_TRUE(client.Run("ch", upstream).ok);  // a plan is now cached
+  for (const char* t : {"a", "b"}) {
+    v1::TriggerFailoverRequest trigger;
+    trigger.set_target(t);
+    trigger.set_reason("maintenance");
+    v1::TargetView view;
+    ASSERT_TRUE(call(&v1::AdminService::Stub::TriggerFailover, trigger, &view).ok());
+  }
+  calls = 0;
+  client::LoopResult refused = client.Run("ch", upstream);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_FALSE(refused.fail_static);
+  EXPECT_EQ(calls, 0) << "traffic went to targets an admin took out";
+  EXPECT_THAT(refused.error, ::testing::HasSubstr("has no target to try"));
+
+  // Back in service; then the chain is deleted while a request is on a.
+  for (const char* t : {"a", "b"}) {
+    v1::CancelFailoverRequest cancel;
+    cancel.set_target(t);
+    v1::TargetView view;
+    ASSERT_TRUE(call(&v1::AdminService::Stub::CancelFailover, cancel, &view).ok());
+  }
+  client::LoopResult deleted = client.Run("ch", [&](const v1::Attempt&) {
+    v1::DeleteChainRequest del;
+    del.set_name("ch");
+    v1::DeleteResponse resp;
+    EXPECT_TRUE(call(&v1::AdminService::Stub::DeleteChain, del, &resp).ok());
+    client::AttemptOutcome o;
+    o.failure.set_http_status(500);
+    return o;
+  });
+  EXPECT_FALSE(deleted.ok);
+  EXPECT_FALSE(deleted.fail_static);
+  EXPECT_THAT(deleted.error, ::testing::HasSubstr("failoverd refused the report"));
+  EXPECT_EQ(client.buffered_reports(), 0u);
+}
+
 }  // namespace
 }  // namespace failover::testing

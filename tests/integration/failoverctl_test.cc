@@ -152,6 +152,12 @@ TEST_F(FailoverctlTest, ExitCodes) {
   CommandResult bad = Ctl({"apply", "-f", config_.path()});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("bad.yaml:3: targets[0].weight"));
+  // failoverd's own UNAVAILABLE (nothing left to try) is a refusal (1), not an outage (3).
+  ASSERT_EQ(Ctl({"failover", "trigger", "argus-llm", "--reason", "maintenance"}).exit_code, 0);
+  ASSERT_EQ(Ctl({"failover", "trigger", "gemma-local", "--reason", "maintenance"}).exit_code, 0);
+  CommandResult nothing = Ctl({"pick", "assistant-llm"});
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.err;
+  EXPECT_THAT(nothing.err, HasSubstr("has no target to try"));
   CommandResult help = Ctl({"watch", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("Examples:"));

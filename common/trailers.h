@@ -1,0 +1,11 @@
+// Metadata failoverd and its client library agree on.
+#pragma once
+
+namespace failover {
+
+// Set on every error status failoverd itself returns, so a client can tell
+// failoverd's answers (UNAVAILABLE when no target may be tried, NOT_FOUND, ...)
+// from the transport's (failoverd cannot be reached). Its value is "1".
+inline constexpr char kAnsweredTrailer[] = "failoverd-answered";
+
+}  // namespace failover

@@ -60,6 +60,7 @@ std::string Describe(const v1::Failure& f) {
 Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options)
     : stub_(std::move(stub)), options_(std::move(options)) {
   if (!options_.sleep) options_.sleep = [](absl::Duration d) { absl::SleepFor(d); };
+  if (!options_.now) options_.now = [] { return absl::Now(); };
 }
 
 void Client::SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts) {
@@ -75,16 +76,44 @@ size_t Client::buffered_reports() const {
 void Client::Buffer(v1::ReportOutcomeRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   buffered_.push_back(std::move(req));
-  while (buffered_.size() > options_.max_buffered_reports) buffered_.pop_front();
+  while (buffered_.size() > options_.max_buffered_reports) {
+    buffered_.pop_front();
+    ++dropped_;
+  }
+}
+
+size_t Client::dropped_reports() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+void Client::NoteReached(bool reached) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reached) {
+    down_backoff_ = absl::ZeroDuration();
+    down_until_ = absl::InfinitePast();
+    return;
+  }
+  down_backoff_ = down_backoff_ == absl::ZeroDuration() ? options_.down_backoff
+                                                        : std::min(down_backoff_ * 2, options_.max_down_backoff);
+  down_until_ = options_.now() + down_backoff_;
+}
+
+bool Client::SkippingFailoverd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_.now() < down_until_;
 }
 
 Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,
                             std::string* refusal) {
+  if (SkippingFailoverd()) return Sent::kUnreachable;
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
   const grpc::Status s = stub_->ReportOutcome(&ctx, req, resp);
+  const bool unreachable = !s.ok() && Unreachable(s, ctx);
+  NoteReached(!unreachable);
   if (s.ok()) return Sent::kDelivered;
-  if (Unreachable(s, ctx)) return Sent::kUnreachable;
+  if (unreachable) return Sent::kUnreachable;
   *refusal = s.error_message();
   return Sent::kRefused;
 }
@@ -100,6 +129,7 @@ void Client::Promote(const std::string& chain, const std::string& target) {
 
 size_t Client::Flush() {
   size_t delivered = 0;
+  if (SkippingFailoverd()) return 0;
   for (;;) {
     // Taken out under the lock, so threads flushing at once each send a
     // different report (and never pop a deque another thread emptied).
@@ -114,7 +144,9 @@ size_t Client::Flush() {
     grpc::ClientContext ctx;
     PrepareContext(options_.connection, &ctx);
     const grpc::Status s = stub_->ReportOutcome(&ctx, req, &resp);
-    if (Unreachable(s, ctx)) {
+    const bool unreachable = !s.ok() && Unreachable(s, ctx);
+    NoteReached(!unreachable);
+    if (unreachable) {
       // Keep it for later, in front, unless the bound is full of newer ones.
       std::lock_guard<std::mutex> lock(mu_);
       if (buffered_.size() < options_.max_buffered_reports) buffered_.push_front(std::move(req));
@@ -247,9 +279,16 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   v1::PickTargetResponse plan;
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
-  const grpc::Status picked = stub_->PickTarget(&ctx, pick, &plan);
+  // failoverd did not answer a moment ago: go fail-static at once rather than
+  // wait out another deadline.
+  const bool skipped = SkippingFailoverd();
+  const grpc::Status picked = skipped
+                                  ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd did not answer recently")
+                                  : stub_->PickTarget(&ctx, pick, &plan);
+  const bool unreachable = !picked.ok() && (skipped || Unreachable(picked, ctx));
+  if (!skipped) NoteReached(!unreachable);
   if (!picked.ok()) {
-    if (!Unreachable(picked, ctx)) {
+    if (!unreachable) {
       result.error = picked.error_message();
       return result;
     }
@@ -267,6 +306,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     return RunStatic(chain, "", cached, {}, attempt, std::move(result));
   }
   std::vector<v1::Attempt> plan_attempts(plan.attempts().begin(), plan.attempts().end());
+  if (plan_attempts.empty()) {
+    result.error = absl::StrCat("failoverd returned an empty plan for chain ", chain);
+    return result;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_plan_[chain] = plan_attempts;

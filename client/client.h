@@ -79,6 +79,13 @@ struct ClientOptions {
   size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
   // How to wait for RETRY_SAME; tests inject their own.
   std::function<void(absl::Duration)> sleep;
+  // After failoverd could not be reached, requests go fail-static at once for
+  // this long (doubling on each further failure up to max_down_backoff, reset
+  // by an answer) instead of each waiting out the call deadline again.
+  absl::Duration down_backoff = absl::Seconds(1);
+  absl::Duration max_down_backoff = absl::Seconds(30);
+  // The clock for that backoff; tests inject their own.
+  std::function<absl::Time()> now;
 };
 
 class Client {
@@ -95,6 +102,8 @@ class Client {
   LoopResult Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options);
 
   size_t buffered_reports() const;
+  // Reports dropped because the buffer was full (the oldest go first).
+  size_t dropped_reports() const;
   // Sends buffered reports; returns how many were delivered.
   size_t Flush();
 
@@ -119,6 +128,13 @@ class Client {
   mutable std::mutex mu_;
   std::map<std::string, std::vector<v1::Attempt>> last_plan_;  // guarded by mu_
   std::deque<v1::ReportOutcomeRequest> buffered_;               // guarded by mu_
+  size_t dropped_ = 0;                                          // guarded by mu_
+  // failoverd did not answer: skip it until then (guarded by mu_).
+  absl::Time down_until_ = absl::InfinitePast();
+  absl::Duration down_backoff_ = absl::ZeroDuration();
+  // Records whether failoverd answered the last call (backs off when not).
+  void NoteReached(bool reached);
+  bool SkippingFailoverd();
 };
 
 }  // namespace failover::client

@@ -56,8 +56,10 @@ class ClientTest : public ::testing::Test {
     ClientOptions options;
     options.max_buffered_reports = 3;
     options.sleep = [this](absl::Duration d) { slept_.push_back(d); };
+    options.now = [this] { return now_; };
     client_ = std::make_unique<Client>(stub_, options);
   }
+  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
   std::shared_ptr<v1::MockDecisionServiceStub> stub_ = std::make_shared<v1::MockDecisionServiceStub>();
   std::unique_ptr<Client> client_;
   std::vector<absl::Duration> slept_;
@@ -188,6 +190,8 @@ TEST_F(ClientTest, TheBufferIsBoundedAndFlushedWhenFailoverdIsBack) {
   EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillOnce(Return(kUnavailable));
   client_->Run("ch", Attempt({{"a", {Fail(500)}}, {"b", {Fail(500)}}, {"c", {Fail(500)}}, {"d", {Ok()}}}));
   EXPECT_EQ(client_->buffered_reports(), 3u);  // 4 made, the oldest dropped
+  EXPECT_EQ(client_->dropped_reports(), 1u);
+  now_ += absl::Seconds(1);  // failoverd's backoff is over
   std::vector<std::string> delivered;
   EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
       .Times(3)
@@ -207,12 +211,14 @@ TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
   ClientOptions options;
   options.max_buffered_reports = 1000;
   options.sleep = [](absl::Duration) {};
+  options.now = [this] { return now_; };
   Client client(stub_, options);
   client.SetDeclaredOrder("ch", {A("a")});
   EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
   EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
   for (int i = 0; i < 400; ++i) client.Run("ch", Attempt({{"a", {Ok()}}}));
   ASSERT_EQ(client.buffered_reports(), 400u);
+  now_ += absl::Seconds(1);
   std::mutex mu;
   int total = 0;
   EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
@@ -227,6 +233,44 @@ TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
   EXPECT_EQ(total, 400);
   EXPECT_EQ(delivered.load(), 400u);
   EXPECT_EQ(client.buffered_reports(), 0u);
+}
+
+// A failoverd that does not answer costs one deadline, not one per request:
+// for the backoff after it, requests go fail-static without calling it; the
+// backoff doubles while it stays silent and ends when it answers.
+TEST_F(ClientTest, AfterFailoverdFailedToAnswerRequestsSkipItForABackoff) {
+  client_->SetDeclaredOrder("ch", {A("a"), A("b")});
+  const grpc::Status hung(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).Times(1).WillRepeatedly(Return(hung));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).Times(1).WillRepeatedly(Return(hung));
+  auto ok_on_a = Attempt({{"a", {Ok()}}});
+  EXPECT_TRUE(client_->Run("ch", ok_on_a).fail_static);  // PickTarget: no answer
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(client_->Run("ch", ok_on_a).fail_static);  // no call
+  now_ += absl::Seconds(1);
+  // Tries again (flushing a buffered report): still no answer, so the backoff
+  // doubles to 2 s and this request does not wait for PickTarget either.
+  EXPECT_TRUE(client_->Run("ch", ok_on_a).fail_static);
+  now_ += absl::Seconds(1);
+  EXPECT_TRUE(client_->Run("ch", ok_on_a).fail_static);  // no call
+  ::testing::Mock::VerifyAndClearExpectations(stub_.get());
+  // Back: it answers, the buffered reports go out, the next request runs normally.
+  now_ += absl::Seconds(1);
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(Plan({"a", "b"})), Return(grpc::Status::OK)));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_DONE)), Return(grpc::Status::OK)));
+  LoopResult back = client_->Run("ch", ok_on_a);
+  EXPECT_FALSE(back.fail_static);
+  EXPECT_EQ(client_->buffered_reports(), 0u);
+}
+
+TEST_F(ClientTest, AnEmptyPlanIsAnErrorNotACrash) {
+  v1::PickTargetResponse empty;
+  empty.set_decision_id("d1");
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillOnce(DoAll(SetArgPointee<2>(empty), Return(grpc::Status::OK)));
+  LoopResult r = client_->Run("ch", Attempt({}));
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("empty plan"));
 }
 
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {

@@ -248,10 +248,12 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), r->target.target(), r->ctx.number, out);
     report.set_hedged(r->ctx.hedged);
     AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
+    record.latency = out.latency;
     v1::ReportOutcomeResponse verdict;
     switch (Report(report, &verdict, &h.refusal)) {
       case Sent::kDelivered:
         record.verdict = verdict.verdict();
+        record.reason = verdict.reason();
         h.last_verdict = verdict;
         break;
       case Sent::kUnreachable:
@@ -276,6 +278,9 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   v1::PickTargetRequest pick;
   pick.set_chain(chain);
   pick.set_body_bytes(options.body_bytes);
+  pick.set_session_key(options.session_key);
+  pick.set_request_id(options.request_id);
+  for (const std::string& t : options.exclude_targets) pick.add_exclude_targets(t);
   v1::PickTargetResponse plan;
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
@@ -364,6 +369,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     }
     tried.push_back(current.target());
     AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
+    record.latency = out.latency;
     const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
     v1::ReportOutcomeResponse verdict;
     std::string refusal;
@@ -393,6 +399,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
     }
     record.verdict = verdict.verdict();
+    record.reason = verdict.reason();
     result.attempts.push_back(record);
     switch (verdict.verdict()) {
       case v1::VERDICT_DONE:
@@ -427,7 +434,9 @@ LoopResult Client::RunStatic(const std::string& chain, const std::string& decisi
     const AttemptOutcome out = attempt(a, AttemptContext{number, false, nullptr});
     tried.push_back(a.target());
     Buffer(MakeReport(chain, decision_id, a.target(), number, out));
-    result.attempts.push_back(AttemptRecord{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false});
+    AttemptRecord record{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
+    record.latency = out.latency;
+    result.attempts.push_back(record);
     if (out.ok) {
       result.ok = true;
       result.served_by = a.target();

@@ -51,6 +51,9 @@ struct AttemptContext {
 
 struct RunOptions {
   uint64_t body_bytes = 0;
+  std::string session_key;                   // round_robin stickiness
+  std::string request_id;                    // echoed in failoverd's logs
+  std::vector<std::string> exclude_targets;  // targets the caller already tried
   // Only an idempotent request is hedged: both attempts may reach an upstream.
   bool idempotent = false;
 };
@@ -63,6 +66,10 @@ struct AttemptRecord {
   bool ok = false;
   v1::Verdict verdict = v1::VERDICT_UNSPECIFIED;  // unspecified when failoverd was not reached
   bool hedged = false;  // started beside a slow first attempt
+  // failoverd's classification of a failed attempt (unspecified for a success
+  // or when failoverd was not reached), and the attempt's reported latency.
+  v1::FailureReason reason = v1::FAILURE_REASON_UNSPECIFIED;
+  absl::Duration latency = absl::ZeroDuration();
 };
 
 struct LoopResult {

@@ -273,6 +273,43 @@ TEST_F(ClientTest, AnEmptyPlanIsAnErrorNotACrash) {
   EXPECT_THAT(r.error, HasSubstr("empty plan"));
 }
 
+// RunOptions reach PickTarget, and the result says per attempt what
+// failoverd made of it and how long it took.
+TEST_F(ClientTest, RunOptionsReachThePickAndEachAttemptKeepsItsReasonAndLatency) {
+  v1::PickTargetRequest seen;
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillOnce([&](auto*, const v1::PickTargetRequest& req, auto* resp) {
+    seen = req;
+    *resp = Plan({"a", "b"});
+    return grpc::Status::OK;
+  });
+  v1::ReportOutcomeResponse next = Verdict(v1::VERDICT_TRY_NEXT, "b");
+  next.set_reason(v1::FAILURE_REASON_SERVER_ERROR);
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(next), Return(grpc::Status::OK)))
+      .WillOnce(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_DONE)), Return(grpc::Status::OK)));
+  RunOptions options;
+  options.session_key = "user-7";
+  options.request_id = "req-42";
+  options.exclude_targets = {"c"};
+  LoopResult r = client_->Run(
+      "ch",
+      [](const v1::Attempt& a, const AttemptContext&) {
+        AttemptOutcome o = a.target() == "a" ? Fail(500) : Ok();
+        o.latency = a.target() == "a" ? absl::Milliseconds(30) : absl::Milliseconds(120);
+        return o;
+      },
+      options);
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(seen.session_key(), "user-7");
+  EXPECT_EQ(seen.request_id(), "req-42");
+  EXPECT_THAT(seen.exclude_targets(), ::testing::ElementsAre("c"));
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_EQ(r.attempts[0].reason, v1::FAILURE_REASON_SERVER_ERROR);
+  EXPECT_EQ(r.attempts[0].latency, absl::Milliseconds(30));
+  EXPECT_EQ(r.attempts[1].reason, v1::FAILURE_REASON_UNSPECIFIED);
+  EXPECT_EQ(r.attempts[1].latency, absl::Milliseconds(120));
+}
+
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {
   EXPECT_CALL(*stub_, PickTarget(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::NOT_FOUND, "chain \"ch\" not found")));

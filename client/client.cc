@@ -308,7 +308,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
                                   chain);
       return result;
     }
-    return RunStatic(chain, "", cached, {}, attempt, std::move(result));
+    return RunStatic(chain, "", cached, {}, attempt, options, std::move(result));
   }
   std::vector<v1::Attempt> plan_attempts(plan.attempts().begin(), plan.attempts().end());
   if (plan_attempts.empty()) {
@@ -342,11 +342,15 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         result.error = absl::StrCat("failoverd refused the report: ", h.refusal);
         return result;
       }
-      if (!h.reached) return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
+      if (!h.reached) return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, options, std::move(result));
       // Both failed: the verdict on the last one decides.
       number = 3;
       switch (h.last_verdict.verdict()) {
         case v1::VERDICT_RETRY_SAME:
+          if (std::string stop = StopReason(options, FromProto(h.last_verdict.retry_delay())); !stop.empty()) {
+            result.error = stop;
+            return result;
+          }
           options_.sleep(FromProto(h.last_verdict.retry_delay()));
           current = h.last_attempt;
           break;
@@ -365,6 +369,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       out = std::move(*ready);
       ready.reset();
     } else {
+      if (std::string stop = StopReason(options, absl::ZeroDuration()); !stop.empty()) {
+        result.error = stop;
+        return result;
+      }
       out = attempt(current, AttemptContext{number, false, nullptr});
     }
     tried.push_back(current.target());
@@ -396,7 +404,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         Promote(chain, current.target());
         return result;
       }
-      return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, std::move(result));
+      return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, options, std::move(result));
     }
     record.verdict = verdict.verdict();
     record.reason = verdict.reason();
@@ -408,6 +416,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         Promote(chain, current.target());
         return result;
       case v1::VERDICT_RETRY_SAME:
+        if (std::string stop = StopReason(options, FromProto(verdict.retry_delay())); !stop.empty()) {
+          result.error = stop;
+          return result;
+        }
         options_.sleep(FromProto(verdict.retry_delay()));
         break;
       case v1::VERDICT_TRY_NEXT:
@@ -422,14 +434,31 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   return result;
 }
 
+std::string Client::StopReason(const RunOptions& options, absl::Duration wait) const {
+  if (options.cancelled != nullptr && options.cancelled->load(std::memory_order_acquire)) {
+    return "cancelled by the caller";
+  }
+  if (options_.now() + wait >= options.deadline) {
+    return wait > absl::ZeroDuration()
+               ? absl::StrCat("the request's deadline comes before the retry delay (", absl::FormatDuration(wait),
+                              ") ends")
+               : "the request's deadline passed before the next attempt";
+  }
+  return "";
+}
+
 LoopResult Client::RunStatic(const std::string& chain, const std::string& decision_id,
                              const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
-                             const AttemptFn& attempt, LoopResult result) {
+                             const AttemptFn& attempt, const RunOptions& options, LoopResult result) {
   result.fail_static = true;
   std::vector<std::string> failures;
   uint32_t number = static_cast<uint32_t>(result.attempts.size());
   for (const v1::Attempt& a : plan) {
     if (std::find(tried.begin(), tried.end(), a.target()) != tried.end()) continue;
+    if (std::string stop = StopReason(options, absl::ZeroDuration()); !stop.empty()) {
+      result.error = stop;
+      return result;
+    }
     ++number;
     const AttemptOutcome out = attempt(a, AttemptContext{number, false, nullptr});
     tried.push_back(a.target());

@@ -54,6 +54,10 @@ struct RunOptions {
   std::string session_key;                   // round_robin stickiness
   std::string request_id;                    // echoed in failoverd's logs
   std::vector<std::string> exclude_targets;  // targets the caller already tried
+  // No attempt starts and no retry delay is waited out past this time (on
+  // ClientOptions::now's clock), and none after *cancelled turns true.
+  absl::Time deadline = absl::InfiniteFuture();
+  const std::atomic<bool>* cancelled = nullptr;
   // Only an idempotent request is hedged: both attempts may reach an upstream.
   bool idempotent = false;
 };
@@ -123,9 +127,12 @@ class Client {
   // Moves `target` to the front of the cached order: the next fail-static run
   // starts where the last request was served, as failoverd's active target would.
   void Promote(const std::string& chain, const std::string& target);
+  // Why the request must stop before waiting `wait` and making another
+  // attempt (the caller's deadline or cancellation), or empty.
+  std::string StopReason(const RunOptions& options, absl::Duration wait) const;
   LoopResult RunStatic(const std::string& chain, const std::string& decision_id,
                        const std::vector<v1::Attempt>& plan, std::vector<std::string> tried, const AttemptFn& attempt,
-                       LoopResult result);
+                       const RunOptions& options, LoopResult result);
   // The first two attempts of a hedged plan (see the top of this file).
   struct HedgeResult;
   HedgeResult Hedge(const std::string& chain, const v1::PickTargetResponse& plan, const AttemptFn& attempt);

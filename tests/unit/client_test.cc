@@ -310,6 +310,43 @@ TEST_F(ClientTest, RunOptionsReachThePickAndEachAttemptKeepsItsReasonAndLatency)
   EXPECT_EQ(r.attempts[1].latency, absl::Milliseconds(120));
 }
 
+TEST_F(ClientTest, ARetryDelayPastTheDeadlineAndACancelledRequestStopTheLoop) {
+  v1::ReportOutcomeResponse retry = Verdict(v1::VERDICT_RETRY_SAME);
+  retry.mutable_retry_delay()->set_seconds(2);
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(Plan({"a", "b"})), Return(grpc::Status::OK)));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(retry), Return(grpc::Status::OK)))
+      .WillOnce(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_TRY_NEXT, "b")), Return(grpc::Status::OK)));
+  RunOptions options;
+  options.deadline = now_ + absl::Seconds(1);
+  int calls = 0;
+  auto fail = [&](const v1::Attempt&, const AttemptContext&) {
+    ++calls;
+    return Fail(503);
+  };
+  LoopResult late = client_->Run("ch", fail, options);
+  EXPECT_FALSE(late.ok);
+  EXPECT_THAT(late.error, HasSubstr("deadline comes before the retry delay (2s) ends"));
+  EXPECT_TRUE(slept_.empty()) << "waited although the deadline would pass";
+  EXPECT_EQ(calls, 1);
+
+  std::atomic<bool> cancelled{false};
+  RunOptions cancellable;
+  cancellable.cancelled = &cancelled;
+  calls = 0;
+  LoopResult stopped = client_->Run(
+      "ch",
+      [&](const v1::Attempt& a, const AttemptContext& ctx) {
+        cancelled = true;  // the caller gives up while the first attempt runs
+        return fail(a, ctx);
+      },
+      cancellable);
+  EXPECT_FALSE(stopped.ok);
+  EXPECT_EQ(stopped.error, "cancelled by the caller");
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {
   EXPECT_CALL(*stub_, PickTarget(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::NOT_FOUND, "chain \"ch\" not found")));

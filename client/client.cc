@@ -127,10 +127,10 @@ void Client::Promote(const std::string& chain, const std::string& target) {
   if (pos != order.end()) std::rotate(order.begin(), pos, pos + 1);
 }
 
-size_t Client::Flush() {
+size_t Client::Flush(size_t limit) {
   size_t delivered = 0;
   if (SkippingFailoverd()) return 0;
-  for (;;) {
+  for (size_t sent = 0; sent < limit; ++sent) {
     // Taken out under the lock, so threads flushing at once each send a
     // different report (and never pop a deque another thread emptied).
     v1::ReportOutcomeRequest req;
@@ -154,6 +154,7 @@ size_t Client::Flush() {
     }
     if (s.ok()) ++delivered;  // otherwise refused for good: it would never be accepted
   }
+  return delivered;
 }
 
 LoopResult Client::Run(const std::string& chain, const std::function<AttemptOutcome(const v1::Attempt&)>& attempt,
@@ -273,7 +274,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
 }
 
 LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options) {
-  if (buffered_reports() > 0) Flush();
+  if (buffered_reports() > 0) Flush(options_.flush_per_request);
   LoopResult result;
   v1::PickTargetRequest pick;
   pick.set_chain(chain);

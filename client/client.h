@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -87,6 +88,9 @@ struct LoopResult {
 struct ClientOptions {
   ConnectionOptions connection;  // deadline and token for each call
   size_t max_buffered_reports = 1000;
+  // Buffered reports a request sends before its own PickTarget, so that no
+  // single request pays for the whole backlog (Flush sends the rest).
+  size_t flush_per_request = 16;
   size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
   // How to wait for RETRY_SAME; tests inject their own.
   std::function<void(absl::Duration)> sleep;
@@ -115,8 +119,8 @@ class Client {
   size_t buffered_reports() const;
   // Reports dropped because the buffer was full (the oldest go first).
   size_t dropped_reports() const;
-  // Sends buffered reports; returns how many were delivered.
-  size_t Flush();
+  // Sends buffered reports (at most `limit`); returns how many were delivered.
+  size_t Flush(size_t limit = SIZE_MAX);
 
  private:
   enum class Sent { kDelivered, kUnreachable, kRefused };

@@ -347,6 +347,30 @@ TEST_F(ClientTest, ARetryDelayPastTheDeadlineAndACancelledRequestStopTheLoop) {
   EXPECT_EQ(calls, 1);
 }
 
+// With a backlog, one request sends only flush_per_request of it (16) before
+// its own pick; the rest follow with later requests or Flush.
+TEST_F(ClientTest, ARequestSendsOnlyPartOfABacklogBeforeItsOwnPick) {
+  ClientOptions options;
+  options.max_buffered_reports = 1000;
+  options.now = [this] { return now_; };
+  Client client(stub_, options);
+  client.SetDeclaredOrder("ch", {A("a")});
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  client.Run("ch", Attempt({{"a", {Ok()}}}));  // failoverd is down: the rest skip it
+  for (int i = 0; i < 99; ++i) client.Run("ch", Attempt({{"a", {Ok()}}}));
+  ASSERT_EQ(client.buffered_reports(), 100u);
+  ::testing::Mock::VerifyAndClearExpectations(stub_.get());
+  now_ += absl::Seconds(1);
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_DONE)), Return(grpc::Status::OK)));
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(Plan({"a"})), Return(grpc::Status::OK)));
+  EXPECT_TRUE(client.Run("ch", Attempt({{"a", {Ok()}}})).ok);
+  EXPECT_EQ(client.buffered_reports(), 84u);
+  EXPECT_EQ(client.Flush(), 84u);
+}
+
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {
   EXPECT_CALL(*stub_, PickTarget(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::NOT_FOUND, "chain \"ch\" not found")));

@@ -282,6 +282,7 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
   if (after >= 0) req.set_after_sequence(static_cast<uint64_t>(after));
   int64_t printed = 0;
   double backoff = 0.2;
+  bool ever_connected = false;
   for (;;) {
     auto ctx = ctl.StreamCtx();
     auto reader = ctl.decide->WatchEvents(ctx.get(), req);
@@ -289,6 +290,7 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
     bool got_any = false;
     while (reader->Read(&e)) {
       got_any = true;
+      ever_connected = true;
       backoff = 0.2;
       if (ctl.output == "json") {
         std::cout << failover::client::ToJson(e, false) << std::endl;
@@ -302,7 +304,9 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
       }
     }
     const grpc::Status s = reader->Finish();
-    if (!Unreachable(s) && !got_any) return ExitFor(s);
+    // Refused, or never reached at all (a wrong address): exit; a stream that
+    // worked and dropped is resumed.
+    if ((!Unreachable(s) && !got_any) || !ever_connected) return ExitFor(s);
     std::fprintf(stderr, "failoverctl: watch interrupted (%s); resuming after sequence %llu\n",
                  s.error_message().c_str(), static_cast<unsigned long long>(req.after_sequence()));
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(backoff * 1000)));
@@ -404,6 +408,7 @@ int main(int argc, char** argv) {
   CLI::App app{"failoverctl: administer and inspect failoverd.\n"
                "Exit codes: 0 success, 1 failoverd refused or failed, 2 usage error, 3 cannot reach failoverd."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "failoverctl " FAILOVERD_VERSION, "Print the version and exit");
   app.fallthrough();
   app.add_option("--server", ctl.conn.server, "failoverd address host:port (env FAILOVERD_ADDR)")->capture_default_str();
   app.add_option("--token", ctl.conn.token, "Bearer token (env FAILOVERD_TOKEN)");

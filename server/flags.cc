@@ -6,6 +6,7 @@ namespace failover {
 
 std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
+  app.set_version_flag("--version", "failoverd " FAILOVERD_VERSION, "Print the version and exit");
   app.add_option("--listen", flags->listen, "gRPC listen address (host:port; port 0 picks a free one)")
       ->capture_default_str();
   app.add_option("--data-dir", flags->data_dir, "Directory of the embedded RocksDB database")->capture_default_str();

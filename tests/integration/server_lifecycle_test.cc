@@ -176,6 +176,18 @@ TEST(ServerLifecycleTest, FailoverctlHealthReportsServingAndExit3WhenUnreachable
   ASSERT_NE(proc.Stop(SIGTERM), -1);
   CommandResult down = RunCommand({FailoverctlBinary(), "--server", addr, "--timeout", "1", "health"});
   EXPECT_EQ(down.exit_code, 3) << down.err;
+  // A watch on an address that never answers exits too, instead of retrying forever.
+  CommandResult watch = RunCommand({FailoverctlBinary(), "--server", addr, "--timeout", "1", "watch"});
+  EXPECT_EQ(watch.exit_code, 3) << watch.err;
+}
+
+TEST(ServerLifecycleTest, BothBinariesPrintTheirVersion) {
+  CommandResult ctl = RunCommand({FailoverctlBinary(), "--version"});
+  EXPECT_EQ(ctl.exit_code, 0) << ctl.err;
+  EXPECT_THAT(ctl.out, ::testing::MatchesRegex("failoverctl [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  CommandResult daemon = RunCommand({FailoverdBinary(), "--version"});
+  EXPECT_EQ(daemon.exit_code, 0) << daemon.err;
+  EXPECT_THAT(daemon.out, ::testing::MatchesRegex("failoverd [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 }
 
 TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/stubs/logging.h"
+#include "grpc/support/log.h"
 #include "server/api/release_memory.h"
 #include "server/daemon.h"
 #include "server/flags.h"
@@ -25,6 +26,17 @@ void RouteProtobufLogs() {
                                      const std::string& message) {
     const log::Level to = level >= google::protobuf::LOGLEVEL_FATAL ? log::Level::kError : log::Level::kDebug;
     log::Write(to, absl::StrCat("libprotobuf: ", message), {{"at", absl::StrCat(file, ":", line)}});
+  });
+}
+
+// gRPC core writes its own lines to stderr ("E1202 ... Handshake failed" when
+// a client speaks plaintext to a TLS port): route them through failoverd's
+// log so --log-format json stays JSON. A client's failed handshake is not
+// failoverd's error, so gRPC's errors are warnings here.
+void RouteGrpcLogs() {
+  gpr_set_log_function([](gpr_log_func_args* args) {
+    const log::Level to = args->severity == GPR_LOG_SEVERITY_ERROR ? log::Level::kWarn : log::Level::kDebug;
+    log::Write(to, absl::StrCat("grpc: ", args->message), {{"at", absl::StrCat(args->file, ":", args->line)}});
   });
 }
 
@@ -65,6 +77,7 @@ int main(int argc, char** argv) {
   log::ParseLevel(flags.log_level, &level);
   log::Configure(level, flags.log_format == "json");
   RouteProtobufLogs();
+  RouteGrpcLogs();
   // Debian's Abseil checks every absl::Mutex acquisition against a global
   // lock graph (deadlock detection); it showed in the profile of every call.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/str_split.h"
 #include "client/connection.h"
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
@@ -123,7 +124,7 @@ TEST(SecurityTest, TlsServesClientsThatTrustItsCertificate) {
                                    "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext",
                                    "subjectAltName=IP:127.0.0.1,DNS:localhost"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  FailoverdProcess proc({data.path(), {"--tls-cert", cert, "--tls-key", key}});
+  FailoverdProcess proc({data.path(), {"--tls-cert", cert, "--tls-key", key, "--log-format", "json"}});
   std::string error;
   ASSERT_TRUE(proc.Start(&error)) << error;
   CommandResult secure =
@@ -131,6 +132,14 @@ TEST(SecurityTest, TlsServesClientsThatTrustItsCertificate) {
   EXPECT_EQ(secure.exit_code, 0) << secure.err;
   CommandResult plain = RunCommand({FailoverctlBinary(), "--server", proc.address(), "--timeout", "1", "status"});
   EXPECT_EQ(plain.exit_code, 3);
+  // gRPC core's complaint about the plaintext client is a JSON line of
+  // failoverd's log, like every other line on stderr.
+  EXPECT_TRUE(Eventually([&] { return proc.Stderr().find("\"msg\":\"grpc: ") != std::string::npos; }))
+      << proc.Stderr();
+  const std::string err = proc.Stderr();
+  for (absl::string_view line : absl::StrSplit(err, '\n', absl::SkipEmpty())) {
+    EXPECT_EQ(line.front(), '{') << line;
+  }
 }
 
 TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {

@@ -9,8 +9,9 @@
 
 namespace failover {
 
-ConfigReloader::ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer)
-    : path_(std::move(path)), engine_(engine), clock_(clock), committer_(committer) {}
+ConfigReloader::ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer,
+                               std::function<void(bool accepted)> on_result)
+    : path_(std::move(path)), engine_(engine), clock_(clock), committer_(committer), on_result_(std::move(on_result)) {}
 
 ConfigReloader::~ConfigReloader() {
   {
@@ -23,20 +24,33 @@ ConfigReloader::~ConfigReloader() {
 absl::Status ConfigReloader::Apply() {
   absl::MutexLock lock(&mu_);
   absl::Cleanup release = [] { api::ReleaseFreedMemory(); };  // runs last, after the temporaries below are freed
-  const std::string fingerprint = config::Fingerprint(path_);
-  ASSIGN_OR_RETURN(config::LoadedConfig loaded, config::LoadConfigPath(path_));
+  // A rejected version (one that does not parse, too) is not retried until
+  // the files change again.
+  fingerprint_ = config::Fingerprint(path_);
+  auto rejected = [&](absl::Status s) {
+    ++rejected_in_a_row_;
+    if (on_result_) on_result_(false);
+    return s;
+  };
+  absl::StatusOr<config::LoadedConfig> loaded = config::LoadConfigPath(path_);
+  if (!loaded.ok()) return rejected(loaded.status());
   ApplyOptions options;
   options.from_files = true;
   Committer::Scope changes(committer_);
-  absl::StatusOr<ApplyResult> result = engine_->Apply(loaded.change, options, clock_->Now());
-  fingerprint_ = fingerprint;  // a rejected version is not retried until it changes again
-  if (!result.ok()) return config::Locate(loaded, result.status());
-  RETURN_IF_ERROR(changes.Await());
+  absl::StatusOr<ApplyResult> result = engine_->Apply(loaded->change, options, clock_->Now());
+  if (!result.ok()) return rejected(config::Locate(*loaded, result.status()));
+  if (absl::Status durable = changes.Await(); !durable.ok()) return rejected(durable);
+  if (on_result_) on_result_(true);
+  if (rejected_in_a_row_ > 0) {
+    log::Info("config reload accepted again", {{"path", path_},
+                                                {"rejected_before", std::to_string(rejected_in_a_row_)}});
+    rejected_in_a_row_ = 0;
+  }
   for (const std::string& w : result->warnings) log::Warn(absl::StrCat("config: ", w));
   int changed = 0;
   for (const ConfigDiff& d : result->changes) changed += d.change != ConfigChangeKind::kUnchanged;
   log::Info("config applied", {{"path", path_},
-                               {"files", std::to_string(loaded.files.size())},
+                               {"files", std::to_string(loaded->files.size())},
                                {"changed", std::to_string(changed)},
                                {"generation", std::to_string(result->generation)}});
   return absl::OkStatus();
@@ -44,9 +58,8 @@ absl::Status ConfigReloader::Apply() {
 
 void ConfigReloader::Reload(const char* why) {
   const absl::Status s = Apply();
-  if (!s.ok()) {
-    log::Error(absl::StrCat("config reload (", why, ") rejected, the running config stays: ", s.message()));
-  }
+  if (s.ok()) return;
+  log::Error(absl::StrCat("config reload (", why, ") rejected, the running config stays: ", s.message()));
 }
 
 void ConfigReloader::Watch(absl::Duration interval) {

@@ -5,6 +5,7 @@
 // field, and the running config stays.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -17,8 +18,10 @@ namespace failover {
 
 class ConfigReloader {
  public:
-  // An apply returns once its Change is durable (`committer`).
-  ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer);
+  // An apply returns once its Change is durable (`committer`). `on_result`
+  // hears whether each load-and-apply was accepted (for metrics).
+  ConfigReloader(std::string path, Engine* engine, const Clock* clock, Committer* committer,
+                 std::function<void(bool accepted)> on_result = nullptr);
   ~ConfigReloader();
 
   // Loads and applies the files now.
@@ -33,8 +36,10 @@ class ConfigReloader {
   Engine* engine_;
   const Clock* clock_;
   Committer* committer_;
+  const std::function<void(bool)> on_result_;
   absl::Mutex mu_;  // one apply at a time
   std::string fingerprint_;
+  int rejected_in_a_row_ = 0;  // versions rejected since the last accepted one
   bool stop_ = false;
   std::thread watcher_;
 };

@@ -108,7 +108,8 @@ absl::Status Daemon::Start() {
   api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
 
   if (!flags_.config.empty()) {
-    reloader_ = std::make_unique<ConfigReloader>(flags_.config, engine_.get(), &clock_, committer_.get());
+    reloader_ = std::make_unique<ConfigReloader>(flags_.config, engine_.get(), &clock_, committer_.get(),
+                                                 [this](bool accepted) { metrics_->OnConfigReload(accepted); });
     const absl::Status applied = reloader_->Apply();
     if (!applied.ok()) return Refuse("bad config", applied);
     if (flags_.config_poll_seconds > 0) reloader_->Watch(absl::Seconds(flags_.config_poll_seconds));

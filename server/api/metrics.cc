@@ -40,6 +40,17 @@ Metrics::Metrics(prometheus::Registry& r)
                            .Help("Open grpc.health.v1 Watch streams.")
                            .Register(r)
                            .Add({})),
+      config_ok_(prometheus::BuildGauge()
+                     .Name("failover_config_last_reload_ok")
+                     .Help("1 when the last load of the config files was applied, 0 when it was rejected.")
+                     .Register(r)
+                     .Add({})),
+      config_reloads_(prometheus::BuildCounter()
+                          .Name("failover_config_reloads_total")
+                          .Help("Loads of the config files (at start, on SIGHUP, on a change), by result.")
+                          .Register(r)),
+      config_accepted_(config_reloads_.Add({{"result", "accepted"}})),
+      config_rejected_(config_reloads_.Add({{"result", "rejected"}})),
       upstream_latency_(prometheus::BuildHistogram()
                             .Name("failover_upstream_latency_seconds")
                             .Help("Latency of successful attempts as callers report it, by target.")
@@ -162,6 +173,11 @@ void Metrics::OnEvents(const Events& events) {
         break;
     }
   }
+}
+
+void Metrics::OnConfigReload(bool accepted) {
+  config_ok_.Set(accepted ? 1 : 0);
+  (accepted ? config_accepted_ : config_rejected_).Increment();
 }
 
 void Metrics::OnRetryBudgetRefusal(const std::string& chain) {

@@ -52,6 +52,8 @@ class Metrics {
   void OnHedge() { hedges_.Increment(); }
   void SetWatchers(size_t n);
   void SetHealthWatchers(size_t n) { health_watchers_.Set(static_cast<double>(n)); }
+  // A load-and-apply of the config files, accepted or rejected.
+  void OnConfigReload(bool accepted);
   void SetProbeLeases(size_t n);
 
  private:
@@ -65,6 +67,10 @@ class Metrics {
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
   prometheus::Gauge& health_watchers_;
+  prometheus::Gauge& config_ok_;
+  prometheus::Family<prometheus::Counter>& config_reloads_;
+  prometheus::Counter& config_accepted_;
+  prometheus::Counter& config_rejected_;
   prometheus::Family<prometheus::Histogram>& upstream_latency_;
   prometheus::Counter& hedges_;
   static constexpr int kVerdicts = static_cast<int>(Verdict::kFail) + 1;

@@ -100,9 +100,10 @@ TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig)
   WriteFile(file,
             "targets: [{name: a}, {name: b}, {name: c}]\n"
             "chains: [{name: ch, targets: [a, b]}]\n");
-  StartServer({"--config", config_dir.path(), "--config-poll", "0.05"});
+  StartServer({"--config", config_dir.path(), "--config-poll", "0.05", "--metrics-listen", "127.0.0.1:0"});
   EXPECT_EQ(Chain("ch").config().targets_size(), 2);
   EXPECT_EQ(Chain("ch").config().managed_by(), file);
+  auto metrics = [&] { return HttpGet(proc_->MetricsPort(), "/metrics"); };
 
   WriteFile(file,
             "targets: [{name: a}, {name: b}, {name: c}]\n"
@@ -133,6 +134,26 @@ TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig)
   grpc::Status refused = Apply(edit);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.error_message(), HasSubstr(file));
+
+  // The bad files are not parsed (and logged) again at every poll; metrics say
+  // the last reload failed; fixing the file is logged as the way back.
+  EXPECT_THAT(metrics(), HasSubstr("failover_config_last_reload_ok 0"));
+  WriteFile(file,
+            "targets: [{name: a}, {name: b}, {name: c}]\n"
+            "chains: [{name: ch, targets: [a, c]}]\n");
+  ASSERT_TRUE(Eventually([&] { return proc_->Stderr().find("config reload accepted again") != std::string::npos; }));
+  EXPECT_THAT(proc_->Stderr(), HasSubstr("rejected_before=1"));
+  const std::string err = proc_->Stderr();
+  size_t rejections = 0;
+  for (size_t at = err.find("rejected, the running config stays"); at != std::string::npos;
+       at = err.find("rejected, the running config stays", at + 1)) {
+    ++rejections;
+  }
+  EXPECT_EQ(rejections, 1u);
+  const std::string text = metrics();
+  EXPECT_THAT(text, HasSubstr("failover_config_last_reload_ok 1"));
+  EXPECT_THAT(text, HasSubstr("failover_config_reloads_total{result=\"rejected\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_config_reloads_total{result=\"accepted\"} 3"));  // start, 2 changes
 }
 
 // The files declare what was stored: a restart with them changes nothing

@@ -43,16 +43,16 @@ absl::Status ConfigReloader::Apply() {
   if (on_result_) on_result_(true);
   if (rejected_in_a_row_ > 0) {
     log::Info("config reload accepted again", {{"path", path_},
-                                                {"rejected_before", std::to_string(rejected_in_a_row_)}});
+                                                {"rejected_before", rejected_in_a_row_}});
     rejected_in_a_row_ = 0;
   }
   for (const std::string& w : result->warnings) log::Warn(absl::StrCat("config: ", w));
   int changed = 0;
   for (const ConfigDiff& d : result->changes) changed += d.change != ConfigChangeKind::kUnchanged;
   log::Info("config applied", {{"path", path_},
-                               {"files", std::to_string(loaded->files.size())},
-                               {"changed", std::to_string(changed)},
-                               {"generation", std::to_string(result->generation)}});
+                               {"files", loaded->files.size()},
+                               {"changed", changed},
+                               {"generation", result->generation}});
   return absl::OkStatus();
 }
 

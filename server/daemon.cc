@@ -99,10 +99,10 @@ absl::Status Daemon::Start() {
   }
   log::Info("state restored", {{"data_dir", flags_.data_dir},
                                {"instance", store_->instance_id()},
-                               {"targets", std::to_string(restored->targets.size())},
-                               {"chains", std::to_string(restored->chains.size())},
-                               {"generation", std::to_string(restored->generation)},
-                               {"next_sequence", std::to_string(restored->next_sequence)},
+                               {"targets", restored->targets.size()},
+                               {"chains", restored->chains.size()},
+                               {"generation", restored->generation},
+                               {"next_sequence", restored->next_sequence},
                                {"took", absl::FormatDuration(clock_.Now() - restore_start)}});
   *restored = RestoredState();
   api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
@@ -138,7 +138,7 @@ absl::Status Daemon::Start() {
     if (!loaded.ok()) return Refuse("bad --tokens-file", loaded.status());
     auth_ = std::move(loaded).value();
     log::Info("bearer tokens required", {{"tokens_file", flags_.tokens_file},
-                                         {"tokens", std::to_string(auth_->token_count())}});
+                                         {"tokens", auth_->token_count()}});
   } else {
     log::Warn("no --tokens-file: every caller that reaches the port may make decisions and change the config");
   }
@@ -183,10 +183,11 @@ absl::Status Daemon::Start() {
     serving_ = true;
     SetServingLocked(writes_ok_);
   }
-  const std::string metrics_port =
-      exposer_ && !exposer_->GetListeningPorts().empty() ? std::to_string(exposer_->GetListeningPorts()[0]) : "";
-  log::Info("failoverd serving", {{"listen", flags_.listen}, {"port", std::to_string(port)},
-                                  {"metrics_port", metrics_port}});
+  log::Fields serving{{"listen", flags_.listen}, {"port", port}};
+  if (exposer_ && !exposer_->GetListeningPorts().empty()) {
+    serving.emplace_back("metrics_port", static_cast<int>(exposer_->GetListeningPorts()[0]));
+  }
+  log::Info("failoverd serving", serving);
   if (!flags_.port_file.empty()) {
     // Written whole under a temp name, then renamed, so readers never see half a number.
     const std::string tmp = flags_.port_file + ".tmp";
@@ -202,7 +203,7 @@ void Daemon::Reload() {
     const absl::Status reloaded = auth_->Reload();
     if (reloaded.ok()) {
       log::Info("tokens reloaded", {{"tokens_file", flags_.tokens_file},
-                                    {"tokens", std::to_string(auth_->token_count())}});
+                                    {"tokens", auth_->token_count()}});
     } else {
       log::Error(absl::StrCat("tokens not reloaded, the previous ones stay: ", reloaded.message()));
     }

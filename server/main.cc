@@ -51,7 +51,7 @@ void RaiseDescriptorLimit(const failover::Flags& flags) {
     setrlimit(RLIMIT_NOFILE, &limit);
     getrlimit(RLIMIT_NOFILE, &limit);
   }
-  log::Info("descriptor limit", {{"nofile", std::to_string(limit.rlim_cur)}});
+  log::Info("descriptor limit", {{"nofile", limit.rlim_cur}});
   if (limit.rlim_cur < 2 * flags.max_watchers + 256) {
     log::Warn(absl::StrCat("the descriptor limit (", limit.rlim_cur, ") is low for --max-watchers ",
                            flags.max_watchers, ": raise it (ulimit -n) or lower --max-watchers"));

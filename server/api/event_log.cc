@@ -68,7 +68,7 @@ void EventLog::Publish(const Events& events) {
   const bool logged = log::Enabled(log::Level::kInfo);
   for (const Event& e : events) {
     last_sequence_ = e.sequence;
-    if (logged) log::Info(Describe(e), {{"seq", std::to_string(e.sequence)}});
+    if (logged) log::Info(Describe(e), {{"seq", e.sequence}});
   }
   if (!watchers_.empty()) {
     // One conversion and serialization per event, however many watchers.

@@ -76,11 +76,13 @@ void Write(Level level, absl::string_view message, const Fields& fields) {
   if (g_json.load()) {
     line = absl::StrCat("{\"time\":\"", ts, "\",\"level\":\"", LevelName(level),
                         "\",\"msg\":", JsonEscape(message));
-    for (const auto& [k, v] : fields) absl::StrAppend(&line, ",", JsonEscape(k), ":", JsonEscape(v));
+    for (const Field& f : fields) {
+      absl::StrAppend(&line, ",", JsonEscape(f.key), ":", f.number ? f.value : JsonEscape(f.value));
+    }
     line += "}\n";
   } else {
     line = absl::StrCat(ts, " ", LevelName(level), " ", message);
-    for (const auto& [k, v] : fields) absl::StrAppend(&line, " ", k, "=", v);
+    for (const Field& f : fields) absl::StrAppend(&line, " ", f.key, "=", f.value);
     line += "\n";
   }
   absl::MutexLock lock(&g_write_mu);

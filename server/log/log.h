@@ -4,9 +4,11 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
 namespace failover::log {
@@ -19,7 +21,19 @@ bool ParseLevel(absl::string_view text, Level* out);
 void Configure(Level min_level, bool json);
 bool Enabled(Level level);
 
-using Fields = std::vector<std::pair<std::string, std::string>>;
+// One key=value of a record. Integers stay numbers in JSON lines.
+struct Field {
+  std::string key;
+  std::string value;
+  bool number = false;
+
+  Field(std::string k, std::string v) : key(std::move(k)), value(std::move(v)) {}
+  Field(std::string k, const char* v) : key(std::move(k)), value(v) {}
+  Field(std::string k, absl::string_view v) : key(std::move(k)), value(v) {}
+  template <typename N, std::enable_if_t<std::is_integral_v<N> && !std::is_same_v<N, bool>, int> = 0>
+  Field(std::string k, N n) : key(std::move(k)), value(absl::StrCat(n)), number(true) {}
+};
+using Fields = std::vector<Field>;
 
 // Writes `message` with optional key=value fields (JSON: extra members).
 void Write(Level level, absl::string_view message, const Fields& fields = {});

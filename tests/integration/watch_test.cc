@@ -296,6 +296,10 @@ TEST_F(WatchTest, JsonLogLinesNameTheSwitch) {
   // The log follows the write, a moment after the report is answered.
   const std::string line = "\"msg\":\"chain one: a -> b (trip: a 500 \\\"boom\\\") state primary -> fallback\"";
   EXPECT_TRUE(Eventually([&] { return proc_->Stderr().find(line) != std::string::npos; })) << proc_->Stderr();
+  // Numbers are JSON numbers, not strings.
+  EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex("\"seq\":[0-9]+}"));
+  EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex("\"port\":[0-9]+"));
+  EXPECT_THAT(proc_->Stderr(), ::testing::Not(::testing::HasSubstr("\"seq\":\"")));
 }
 
 }  // namespace

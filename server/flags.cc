@@ -1,8 +1,36 @@
 #include "server/flags.h"
 
+#include <cmath>
+
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace failover {
+namespace {
+
+// A duration flag takes a bare number of `unit`s, as it always did, or a
+// duration as config files write them ("500ms", "2m", "1h30m").
+CLI::Validator DurationIn(absl::Duration unit, const std::string& unit_name) {
+  return CLI::Validator(
+      [unit, unit_name](std::string& in) -> std::string {
+        double bare = 0;
+        if (absl::SimpleAtod(in, &bare)) {
+          return std::isfinite(bare) ? "" : absl::StrCat("must be finite, got ", in);
+        }
+        absl::Duration d;
+        if (!absl::ParseDuration(in, &d) || d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
+          return absl::StrCat("must be a number of ", unit_name, " or a duration such as \"15s\", got \"", in,
+                              "\"");
+        }
+        in = absl::StrCat(absl::FDivDuration(d, unit));
+        return "";
+      },
+      absl::StrCat(unit_name, "|DURATION"));
+}
+
+}  // namespace
 
 std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
@@ -14,7 +42,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "Config file or directory of *.yaml files declaring targets and chains; applied at start and "
                  "reloaded on SIGHUP or when the files change");
   app.add_option("--config-poll", flags->config_poll_seconds,
-                 "Seconds between checks of the config files for changes; 0 = only on SIGHUP")
+                 "Seconds (or a duration: 500ms) between checks of the config files for changes; 0 = only on "
+                 "SIGHUP")
+      ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--metrics-listen", flags->metrics_listen, "Prometheus metrics address (host:port); empty disables")
@@ -27,7 +57,8 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
       ->capture_default_str();
   app.add_option("--port-file", flags->port_file, "Write the bound gRPC port to this file once serving (for port 0)");
   app.add_option("--shutdown-grace", flags->shutdown_grace_seconds,
-                 "Seconds in-flight calls get to finish on SIGTERM/SIGINT")
+                 "Seconds (or a duration: 1m) in-flight calls get to finish on SIGTERM/SIGINT")
+      ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--min-free-mb", flags->min_free_mb,
@@ -46,7 +77,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   app.add_option("--tls-cert", flags->tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");
   app.add_option("--tls-key", flags->tls_key, "Server private key (PEM)");
   app.add_option("--tls-client-ca", flags->tls_client_ca, "CA (PEM) that client certificates must chain to (mTLS)");
-  app.add_option("--events-max-age", flags->events_max_age_hours, "Hours an event is kept in the data dir")
+  app.add_option("--events-max-age", flags->events_max_age_hours,
+                 "Hours (or a duration such as 720h) an event is kept in the data dir")
+      ->transform(DurationIn(absl::Hours(1), "HOURS"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-message-bytes", flags->max_message_bytes,

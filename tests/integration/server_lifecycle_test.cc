@@ -194,6 +194,20 @@ TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {
   CommandResult r = RunCommand({FailoverdBinary(), "--log-level", "loud"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err + r.out, ::testing::HasSubstr("--log-level"));
+  CommandResult soon = RunCommand({FailoverdBinary(), "--shutdown-grace", "soon"});
+  EXPECT_NE(soon.exit_code, 0);
+  EXPECT_THAT(soon.err, ::testing::HasSubstr("--shutdown-grace: must be a number of SECONDS or a duration"));
+  EXPECT_NE(RunCommand({FailoverdBinary(), "--config-poll", "inf"}).exit_code, 0);
+}
+
+// Duration flags take the config files' units as well as bare numbers.
+TEST(ServerLifecycleTest, DurationFlagsTakeUnits) {
+  TempDir data;
+  FailoverdProcess proc({data.path(), {"--config-poll", "250ms", "--shutdown-grace", "1s", "--events-max-age", "720h",
+                                       "--log-level", "debug"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  EXPECT_EQ(WEXITSTATUS(proc.Stop(SIGTERM)), 0) << proc.Stderr();
 }
 
 }  // namespace

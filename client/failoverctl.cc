@@ -408,6 +408,8 @@ int main(int argc, char** argv) {
   CLI::App app{"failoverctl: administer and inspect failoverd.\n"
                "Exit codes: 0 success, 1 failoverd refused or failed, 2 usage error, 3 cannot reach failoverd."};
   app.require_subcommand(1);
+  app.footer("Examples:\n  failoverctl status\n  FAILOVERD_ADDR=failoverd:50051 failoverctl get chains -o yaml\n"
+             "  failoverctl <command> --help");
   app.set_version_flag("--version", "failoverctl " FAILOVERD_VERSION, "Print the version and exit");
   app.fallthrough();
   app.add_option("--server", ctl.conn.server, "failoverd address host:port (env FAILOVERD_ADDR)")->capture_default_str();
@@ -446,7 +448,9 @@ int main(int argc, char** argv) {
   CLI::App* unpin = app.add_subcommand("unpin", "Release a pinned chain")->footer("Example:\n  failoverctl unpin assistant-llm");
   unpin->add_option("chain", chain)->required();
 
-  CLI::App* failover = app.add_subcommand("failover", "Manual failover of a target: trigger or cancel");
+  CLI::App* failover = app.add_subcommand("failover", "Manual failover of a target: trigger or cancel")
+                           ->footer("Examples:\n  failoverctl failover trigger llm-a --reason \"provider maintenance\"\n"
+                                    "  failoverctl failover cancel llm-a");
   failover->require_subcommand(1);
   CLI::App* trigger = failover->add_subcommand("trigger", "Take a target out until cancelled")
                           ->footer("Example:\n  failoverctl failover trigger llm-a --reason \"provider maintenance\"");
@@ -462,7 +466,8 @@ int main(int argc, char** argv) {
                           ->footer("Example:\n  failoverctl disable gemma-local");
   disable->add_option("target", target)->required();
 
-  CLI::App* probe = app.add_subcommand("probe", "Health checks");
+  CLI::App* probe = app.add_subcommand("probe", "Health checks")
+                        ->footer("Examples:\n  failoverctl probe now argus-llm\n  failoverctl probe now");
   probe->require_subcommand(1);
   CLI::App* probe_now = probe->add_subcommand("now", "Make health checks due at once (one target or all)")
                             ->footer("Examples:\n  failoverctl probe now\n  failoverctl probe now argus-llm");
@@ -533,7 +538,9 @@ int main(int argc, char** argv) {
   probe_agent->add_option("--max-wait", agent.max_wait_seconds, "Longest pause between Probe calls, seconds")
       ->capture_default_str();
 
-  CLI::App* health = app.add_subcommand("health", "Check that failoverd is serving (gRPC health)");
+  CLI::App* health = app.add_subcommand("health", "Check that failoverd is serving (gRPC health)")
+                         ->footer("Example:\n  failoverctl health && echo ready   # exit 0 SERVING, 1 NOT_SERVING, 3 "
+                                  "unreachable");
 
   try {
     app.parse(argc, argv);

@@ -34,6 +34,8 @@ CLI::Validator DurationIn(absl::Duration unit, const std::string& unit_name) {
 
 std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
+  app.footer("Examples:\n  failoverd --data-dir ./data --config examples/config\n"
+             "  failoverd --listen 0.0.0.0:50051 --tokens-file /etc/failoverd/tokens --log-format json");
   app.set_version_flag("--version", "failoverd " FAILOVERD_VERSION, "Print the version and exit");
   app.add_option("--listen", flags->listen, "gRPC listen address (host:port; port 0 picks a free one)")
       ->capture_default_str();

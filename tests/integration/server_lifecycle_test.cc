@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -198,6 +199,24 @@ TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {
   EXPECT_NE(soon.exit_code, 0);
   EXPECT_THAT(soon.err, ::testing::HasSubstr("--shutdown-grace: must be a number of SECONDS or a duration"));
   EXPECT_NE(RunCommand({FailoverdBinary(), "--config-poll", "inf"}).exit_code, 0);
+}
+
+TEST(ServerLifecycleTest, EveryHelpPageHasAnExample) {
+  const std::vector<std::vector<std::string>> pages = {
+      {}, {"apply"}, {"get"}, {"delete"}, {"pin"}, {"unpin"}, {"failover"}, {"failover", "trigger"},
+      {"failover", "cancel"}, {"enable"}, {"disable"}, {"probe"}, {"probe", "now"}, {"events"}, {"watch"},
+      {"status"}, {"pick"}, {"report"}, {"probe-agent"}, {"health"}};
+  for (const auto& page : pages) {
+    std::vector<std::string> args = {FailoverctlBinary()};
+    args.insert(args.end(), page.begin(), page.end());
+    args.push_back("--help");
+    CommandResult r = RunCommand(args);
+    EXPECT_EQ(r.exit_code, 0) << absl::StrJoin(page, " ");
+    EXPECT_THAT(r.out, ::testing::HasSubstr("Example")) << "failoverctl " << absl::StrJoin(page, " ") << " --help";
+  }
+  CommandResult daemon = RunCommand({FailoverdBinary(), "--help"});
+  EXPECT_EQ(daemon.exit_code, 0);
+  EXPECT_THAT(daemon.out, ::testing::HasSubstr("Examples:"));
 }
 
 // Duration flags take the config files' units as well as bare numbers.

@@ -12,6 +12,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "grpc/support/log.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -51,10 +53,35 @@ bool Unreachable(const grpc::Status& s) {
   return g_last_call == nullptr || g_last_call->GetServerTrailingMetadata().count(failover::kAnsweredTrailer) == 0;
 }
 
+// Where failoverctl connects and whether with TLS, for the hints below.
+std::string g_server;
+bool g_tls = false;
+
+// What to try when failoverd cannot be reached, from gRPC's message.
+std::string Hint(const grpc::Status& s) {
+  const std::string m = absl::AsciiStrToLower(s.error_message());
+  if (absl::StrContains(m, "ssl") || absl::StrContains(m, "handshake") || absl::StrContains(m, "certificate")) {
+    return g_tls ? "the TLS handshake failed: check that --tls-ca is the CA that signed failoverd's certificate "
+                   "(and --tls-cert/--tls-key if it requires client certificates)"
+                 : "the TLS handshake failed: failoverd may serve TLS; pass --tls-ca";
+  }
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::StrCat("no answer from ", g_server, " within --timeout: is it the right address, and is failoverd ",
+                        "running there?", g_tls ? "" : " If it serves TLS, pass --tls-ca.");
+  }
+  return absl::StrCat("is failoverd running at ", g_server, "? Set the address with --server or FAILOVERD_ADDR",
+                      g_tls ? "." : "; if it serves TLS, pass --tls-ca.");
+}
+
 int ExitFor(const grpc::Status& s) {
   if (s.ok()) return kExitOk;
-  std::fprintf(stderr, "failoverctl: %s\n", s.error_message().c_str());
-  return Unreachable(s) ? kExitUnreachable : kExitRefused;
+  if (!Unreachable(s)) {
+    std::fprintf(stderr, "failoverctl: %s\n", s.error_message().c_str());
+    return kExitRefused;
+  }
+  std::fprintf(stderr, "failoverctl: cannot reach failoverd at %s (%s)\n  hint: %s\n", g_server.c_str(),
+               s.error_message().c_str(), Hint(s).c_str());
+  return kExitUnreachable;
 }
 
 int Usage(const std::string& message) {
@@ -549,6 +576,11 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
 
+  // gRPC's own log lines ("E1203 ... Handshake failed") would only repeat,
+  // less clearly, what the error and its hint say.
+  gpr_set_log_function([](gpr_log_func_args*) {});
+  g_server = ctl.conn.server;
+  g_tls = !ctl.conn.tls_ca.empty() || !ctl.conn.tls_cert.empty() || !ctl.conn.tls_key.empty();
   auto channel = failover::client::OpenChannel(ctl.conn);
   if (!channel.ok()) return Usage(std::string(channel.status().message()));
   ctl.channel = *channel;

@@ -165,6 +165,8 @@ TEST_F(FailoverctlTest, ExitCodes) {
   ASSERT_NE(proc_->Stop(SIGTERM), -1);
   CommandResult down = RunCommand({FailoverctlBinary(), "--server", addr, "--timeout", "1", "status"});
   EXPECT_EQ(down.exit_code, 3);
+  EXPECT_THAT(down.err, HasSubstr("cannot reach failoverd at " + addr));
+  EXPECT_THAT(down.err, HasSubstr("hint: is failoverd running at " + addr));
   CommandResult env = RunCommand({FailoverctlBinary(), "--timeout", "1", "status"}, {"FAILOVERD_ADDR=" + addr});
   EXPECT_EQ(env.exit_code, 3);
   EXPECT_THAT(env.err, HasSubstr(addr.substr(addr.find(':') + 1)));

@@ -132,6 +132,8 @@ TEST(SecurityTest, TlsServesClientsThatTrustItsCertificate) {
   EXPECT_EQ(secure.exit_code, 0) << secure.err;
   CommandResult plain = RunCommand({FailoverctlBinary(), "--server", proc.address(), "--timeout", "1", "status"});
   EXPECT_EQ(plain.exit_code, 3);
+  EXPECT_THAT(plain.err, HasSubstr("if it serves TLS, pass --tls-ca"));
+  EXPECT_THAT(plain.err, ::testing::Not(HasSubstr("E12"))) << "gRPC's own log line reached the user";
   // gRPC core's complaint about the plaintext client is a JSON line of
   // failoverd's log, like every other line on stderr.
   EXPECT_TRUE(Eventually([&] { return proc.Stderr().find("\"msg\":\"grpc: ") != std::string::npos; }))

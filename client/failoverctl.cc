@@ -215,7 +215,11 @@ int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
   for (const auto& d : resp.changes()) {
     std::string line = absl::StrCat(Lower(v1::ConfigObjectKind_Name(d.what()), "CONFIG_OBJECT_KIND_"), " ", d.name(),
                                      ": ", Lower(v1::ConfigChange_Name(d.change()), "CONFIG_CHANGE_"));
-    if (d.changed_fields_size() > 0) absl::StrAppend(&line, " (", absl::StrJoin(d.changed_fields(), ", "), ")");
+    if (d.details_size() > 0) {
+      absl::StrAppend(&line, ": ", absl::StrJoin(d.details(), "; "));
+    } else if (d.changed_fields_size() > 0) {
+      absl::StrAppend(&line, " (", absl::StrJoin(d.changed_fields(), ", "), ")");
+    }
     std::cout << line << "\n";
   }
   std::cout << (dry_run ? "dry run: nothing was saved\n" : absl::StrCat("generation ", resp.generation(), "\n"));

@@ -1,9 +1,12 @@
 #include "common/model.h"
 
+#include <map>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace failover {
 
@@ -128,35 +131,125 @@ Policy HealthPolicy::AsPolicy() const {
   return p;
 }
 
+namespace {
+
+std::string ShowSetting(const absl::Duration& v) { return absl::FormatDuration(v); }
+std::string ShowSetting(const std::string& v) { return absl::StrCat("\"", v, "\""); }
+std::string ShowSetting(bool v) { return v ? "true" : "false"; }
+std::string ShowSetting(const std::vector<std::string>& v) { return absl::StrCat("[", absl::StrJoin(v, ", "), "]"); }
+std::string ShowSetting(const std::map<std::string, std::string>& v) {
+  return absl::StrCat("{", absl::StrJoin(v, ", ", absl::PairFormatter(": ")), "}");
+}
+std::string ShowSetting(const std::map<Reason, uint32_t>& v) {
+  std::vector<std::string> parts;
+  for (const auto& [reason, n] : v) parts.push_back(absl::StrCat(ReasonName(reason), ": ", n));
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+std::string ShowSetting(RateLimitMode v) { return v == RateLimitMode::kWait ? "wait" : "failover"; }
+std::string ShowSetting(Strategy v) {
+  switch (v) {
+    case Strategy::kRoundRobin: return "round_robin";
+    case Strategy::kLowestCost: return "lowest_cost";
+    case Strategy::kLeastLatency: return "least_latency";
+    case Strategy::kFailover: break;
+  }
+  return "failover";
+}
+std::string ShowSetting(TargetKind v) { return v == TargetKind::kLocal ? "local" : "remote"; }
+template <typename T>
+std::string ShowSetting(const T& v) {
+  return absl::StrCat(v);
+}
+
+// Collects the settings that differ, under their config-file names.
+class DifferenceList {
+ public:
+  explicit DifferenceList(std::string prefix = "") : prefix_(std::move(prefix)) {}
+  template <typename T>
+  void Compare(const char* field, const T& mine, const T& theirs) {
+    if (!(mine == theirs)) out_.push_back({absl::StrCat(prefix_, field), ShowSetting(mine), ShowSetting(theirs)});
+  }
+  void Add(std::vector<SettingDifference> more) {
+    for (auto& d : more) out_.push_back({absl::StrCat(prefix_, d.field), std::move(d.mine), std::move(d.theirs)});
+  }
+  std::vector<SettingDifference> Take() { return std::move(out_); }
+
+ private:
+  std::string prefix_;
+  std::vector<SettingDifference> out_;
+};
+
+}  // namespace
+
 std::vector<HealthPolicy::Difference> HealthPolicy::Differences(const HealthPolicy& o) const {
-  std::vector<Difference> out;
-  auto show = [](const auto& v) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, absl::Duration>) {
-      return absl::FormatDuration(v);
-    } else {
-      return absl::StrCat(v);
-    }
-  };
-  auto compare = [&](const char* field, const auto& mine, const auto& theirs) {
-    if (mine != theirs) out.push_back(Difference{field, show(mine), show(theirs)});
-  };
-  compare("probe.interval", probe_interval, o.probe_interval);
-  compare("probe.timeout", probe_timeout, o.probe_timeout);
-  compare("trip.errors", trip_errors, o.trip_errors);
-  compare("trip.window", trip_window, o.trip_window);
-  compare("trip.failure_rate", trip_failure_rate, o.trip_failure_rate);
-  compare("trip.min_calls", trip_min_calls, o.trip_min_calls);
-  compare("trip.slow_call.duration", trip_slow_call_duration, o.trip_slow_call_duration);
-  compare("trip.slow_call.rate", trip_slow_call_rate, o.trip_slow_call_rate);
-  compare("recovery.probes", recovery_probes, o.recovery_probes);
-  compare("recovery.min_dwell", recovery_min_dwell, o.recovery_min_dwell);
-  compare("backoff.factor", backoff_factor, o.backoff_factor);
-  compare("backoff.steps", backoff_steps, o.backoff_steps);
-  compare("backoff.max", backoff_max, o.backoff_max);
-  compare("backoff.reset_after", backoff_reset_after, o.backoff_reset_after);
-  compare("rate_limit.hold", rate_limit_hold, o.rate_limit_hold);
-  compare("rate_limit.max_hold", rate_limit_max_hold, o.rate_limit_max_hold);
-  return out;
+  DifferenceList d;
+  d.Compare("probe.interval", probe_interval, o.probe_interval);
+  d.Compare("probe.timeout", probe_timeout, o.probe_timeout);
+  d.Compare("trip.errors", trip_errors, o.trip_errors);
+  d.Compare("trip.window", trip_window, o.trip_window);
+  d.Compare("trip.failure_rate", trip_failure_rate, o.trip_failure_rate);
+  d.Compare("trip.min_calls", trip_min_calls, o.trip_min_calls);
+  d.Compare("trip.slow_call.duration", trip_slow_call_duration, o.trip_slow_call_duration);
+  d.Compare("trip.slow_call.rate", trip_slow_call_rate, o.trip_slow_call_rate);
+  d.Compare("recovery.probes", recovery_probes, o.recovery_probes);
+  d.Compare("recovery.min_dwell", recovery_min_dwell, o.recovery_min_dwell);
+  d.Compare("backoff.factor", backoff_factor, o.backoff_factor);
+  d.Compare("backoff.steps", backoff_steps, o.backoff_steps);
+  d.Compare("backoff.max", backoff_max, o.backoff_max);
+  d.Compare("backoff.reset_after", backoff_reset_after, o.backoff_reset_after);
+  d.Compare("rate_limit.hold", rate_limit_hold, o.rate_limit_hold);
+  d.Compare("rate_limit.max_hold", rate_limit_max_hold, o.rate_limit_max_hold);
+  return d.Take();
+}
+
+std::vector<SettingDifference> Policy::Differences(const Policy& o) const {
+  DifferenceList d;
+  d.Add(HealthPolicy::Of(*this).Differences(HealthPolicy::Of(o)));
+  d.Compare("rate_limit.on", rate_limit_on, o.rate_limit_on);
+  d.Compare("max_attempts", max_attempts, o.max_attempts);
+  d.Compare("max_replay_bytes", max_replay_bytes, o.max_replay_bytes);
+  d.Compare("retry_on_statuses", retry_on_statuses, o.retry_on_statuses);
+  d.Compare("retry_on_errors", retry_on_errors, o.retry_on_errors);
+  d.Compare("same_target_retries", same_target_retries, o.same_target_retries);
+  d.Compare("least_latency.explore", latency_explore, o.latency_explore);
+  d.Compare("retry_budget.ratio", retry_budget_ratio, o.retry_budget_ratio);
+  d.Compare("retry_budget.min_per_second", retry_budget_min_per_second, o.retry_budget_min_per_second);
+  d.Compare("hedge.after", hedge_after, o.hedge_after);
+  return d.Take();
+}
+
+std::vector<SettingDifference> TargetConfig::Differences(const TargetConfig& o) const {
+  DifferenceList d;
+  d.Compare("kind", kind, o.kind);
+  d.Compare("upstream_model", upstream_model, o.upstream_model);
+  d.Compare("warm", warm, o.warm);
+  d.Compare("weight", weight, o.weight);
+  d.Compare("cost", cost, o.cost);
+  d.Compare("timeout", timeout, o.timeout);
+  d.Compare("max_retries", max_retries, o.max_retries);
+  d.Compare("limits.rpm", limit_rpm, o.limit_rpm);
+  d.Compare("labels", labels, o.labels);
+  d.Compare("enabled", enabled, o.enabled);
+  if (health.has_value() != o.health.has_value()) {
+    d.Compare("health", std::string(health ? "set" : "unset (its chains' settings)"),
+              std::string(o.health ? "set" : "unset (its chains' settings)"));
+  } else if (health) {
+    DifferenceList h("health.");
+    h.Add(health->Differences(*o.health));
+    d.Add(h.Take());
+  }
+  return d.Take();
+}
+
+std::vector<SettingDifference> ChainConfig::Differences(const ChainConfig& o) const {
+  DifferenceList d;
+  d.Compare("targets", targets, o.targets);
+  d.Compare("strategy", strategy, o.strategy);
+  DifferenceList p("policy.");
+  p.Add(policy.Differences(o.policy));
+  d.Add(p.Take());
+  d.Compare("failover_enabled", failover_enabled, o.failover_enabled);
+  return d.Take();
 }
 
 bool TargetConfig::operator==(const TargetConfig& o) const {

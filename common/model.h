@@ -57,6 +57,13 @@ bool ParseReason(const std::string& name, Reason* out);
 // Configuration
 // ---------------------------------------------------------------------------
 
+// One setting that differs between two versions of an object.
+struct SettingDifference {
+  std::string field;  // as in config files: "trip.errors", "policy.max_attempts"
+  std::string mine;
+  std::string theirs;
+};
+
 struct Policy {
   absl::Duration probe_interval = absl::Seconds(15);
   absl::Duration probe_timeout = absl::Seconds(5);
@@ -97,6 +104,8 @@ struct Policy {
   // Same-target retries by reason; reasons not listed keep their default.
   std::map<Reason, uint32_t> same_target_retries;
 
+  // Each setting that differs, as config files name it ("trip.errors").
+  std::vector<SettingDifference> Differences(const Policy& o) const;
   bool HasRateTrip() const {
     return trip_failure_rate > 0 || trip_slow_call_rate > 0 || trip_slow_call_duration > absl::ZeroDuration();
   }
@@ -136,11 +145,7 @@ struct HealthPolicy {
   // settings are read, checked, stored and sent as a chain's are.
   Policy AsPolicy() const;
 
-  struct Difference {
-    std::string field;  // as in config: "trip.errors"
-    std::string mine;
-    std::string theirs;
-  };
+  using Difference = SettingDifference;
   std::vector<Difference> Differences(const HealthPolicy& o) const;
   bool operator==(const HealthPolicy& o) const { return Differences(o).empty(); }
   bool operator!=(const HealthPolicy& o) const { return !(*this == o); }
@@ -163,6 +168,8 @@ struct TargetConfig {
   std::optional<HealthPolicy> health;
 
   const std::string& UpstreamModel() const { return upstream_model.empty() ? name : upstream_model; }
+  // Each field that differs from `o` (this is the old version).
+  std::vector<SettingDifference> Differences(const TargetConfig& o) const;
   // Local targets that are not warm have no health check (DESIGN 3.2).
   bool HasHealthCheck() const { return kind == TargetKind::kRemote || warm; }
   bool operator==(const TargetConfig& o) const;
@@ -177,6 +184,8 @@ struct ChainConfig {
   bool failover_enabled = true;
   std::string managed_by;
 
+  // Each field that differs from `o` (this is the old version).
+  std::vector<SettingDifference> Differences(const ChainConfig& o) const;
   bool operator==(const ChainConfig& o) const;
   bool operator!=(const ChainConfig& o) const { return !(*this == o); }
 };

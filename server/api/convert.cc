@@ -142,6 +142,7 @@ void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out) {
   out->set_name(d.name);
   out->set_change(ChangeToProto(d.change));
   for (const auto& f : d.changed_fields) out->add_changed_fields(f);
+  for (const auto& f : d.details) out->add_details(f);
 }
 
 }  // namespace failover::api

@@ -60,6 +60,14 @@ absl::Status CheckSharedHealth(const std::map<std::string, TargetConfig>& target
   return absl::OkStatus();
 }
 
+// "field: old -> new" for each difference, as an apply's diff shows them.
+std::vector<std::string> Details(const std::vector<SettingDifference>& differences) {
+  std::vector<std::string> out;
+  out.reserve(differences.size());
+  for (const SettingDifference& d : differences) out.push_back(absl::StrCat(d.field, ": ", d.mine, " -> ", d.theirs));
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const ApplyOptions& options, absl::Time now) {
@@ -98,11 +106,12 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     if (t.warm && t.kind == TargetKind::kRemote) {
       result.warnings.push_back(absl::StrCat(path, ".warm: has no effect on a remote target (\"", t.name, "\")"));
     }
-    ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}};
+    ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}, {}};
     auto it = targets.find(t.name);
     if (it != targets.end()) {
       RETURN_IF_ERROR(check_owner(path, "target", &t, it->second));
       d.changed_fields = ChangedFields(it->second, t);
+      d.details = Details(it->second.Differences(t));
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }
     targets[t.name] = std::move(t);
@@ -126,11 +135,12 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
           absl::StrCat(path, ".name: \"", c.name, "\" is already the name of a target"));
     }
     RETURN_IF_ERROR(ValidateChain(c, path, kind_of));
-    ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}};
+    ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}, {}};
     auto it = chains.find(c.name);
     if (it != chains.end()) {
       RETURN_IF_ERROR(check_owner(path, "chain", &c, it->second));
       d.changed_fields = ChangedFields(it->second, c);
+      d.details = Details(it->second.Differences(c));
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }
     chains[c.name] = std::move(c);
@@ -145,7 +155,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
       if (!c.config.managed_by.empty() && !request_names.count(c.config.name)) {
         deleted_chains.push_back(c.config.name);
         chains.erase(c.config.name);
-        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config.name, ConfigChangeKind::kDeleted, {}});
+        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config.name, ConfigChangeKind::kDeleted, {}, {}});
       }
     }
     for (const TargetEntry& t : cur->targets) {
@@ -159,7 +169,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
       }
       deleted_targets.push_back(t.config.name);
       targets.erase(t.config.name);
-      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}});
+      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}, {}});
     }
   }
 

@@ -312,6 +312,8 @@ struct ConfigDiff {
   std::string name;
   ConfigChangeKind change = ConfigChangeKind::kUnchanged;
   std::vector<std::string> changed_fields;
+  // For an update, each setting that changed: "policy.trip.errors: 1 -> 3".
+  std::vector<std::string> details;
 };
 
 struct ApplyOptions {

@@ -43,7 +43,7 @@ TEST_F(FailoverctlTest, ApplyShowsTheDiffAndDryRunSavesNothing) {
   EXPECT_THAT(applied.out, HasSubstr("generation 1"));
   std::ofstream(config_.path() + "/chains.yaml", std::ios::app) << "    strategy: round_robin\n";
   CommandResult changed = Ctl({"apply", "-f", config_.path(), "--dry-run"});
-  EXPECT_THAT(changed.out, HasSubstr("chain assistant-llm: updated (strategy)"));
+  EXPECT_THAT(changed.out, HasSubstr("chain assistant-llm: updated: strategy: failover -> round_robin"));
   EXPECT_THAT(changed.out, HasSubstr("target argus-llm: unchanged"));
 }
 

@@ -593,6 +593,25 @@ TEST_F(LeastLatencyTest, ATargetTakenOutIsMeasuredAfreshWhenItIsBack) {
   EXPECT_EQ(Names(Pick("fast")).front(), "b");
 }
 
+TEST_F(EngineTest, AnUpdateSaysWhichSettingsChangedFromWhatToWhat) {
+  ApplyOk({Target("a"), Target("b")}, {Chain("ch", {"a", "b"})});
+  TargetConfig a = Target("a");
+  a.weight = 3;
+  a.labels["region"] = "eu";
+  ChainConfig ch = Chain("ch", {"a", "b"});
+  ch.policy.trip_errors = 3;
+  ch.policy.max_attempts = 1;
+  ch.policy.hedge_after = absl::Seconds(2);
+  auto r = engine_.Apply(ConfigChange{{a, Target("b")}, {ch}}, ApplyOptions{}, now_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::vector<std::string>> details;
+  for (const ConfigDiff& d : r->changes) details[d.name] = d.details;
+  EXPECT_THAT(details["a"], ElementsAre("weight: 1 -> 3", "labels: {} -> {region: eu}"));
+  EXPECT_THAT(details["b"], ::testing::IsEmpty());
+  EXPECT_THAT(details["ch"], ElementsAre("policy.trip.errors: 1 -> 3", "policy.max_attempts: 0 -> 1",
+                                         "policy.hedge.after: 0 -> 2s"));
+}
+
 // --- verdicts (DESIGN 3.5) ----------------------------------------------------
 
 // Retry budget: ratio 0.5 with a floor of 0.2/s (2 retries per 10 s window).

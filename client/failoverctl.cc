@@ -12,21 +12,22 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
-#include "grpc/support/log.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/connection.h"
-#include "common/trailers.h"
 #include "client/format.h"
 #include "client/probe_agent.h"
 #include "client/upstream_failure.h"
+#include "common/trailers.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/support/log.h"
 #include "proto/model_convert.h"
 #include "server/config/config_file.h"
+#include "server/config/config_writer.h"
 
 namespace {
 
@@ -226,6 +227,24 @@ int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
   return kExitOk;
 }
 
+// `get -o yaml` writes the objects as a config file, which applies back as it
+// is (the live state is in -o json, status and events).
+bool PrintConfig(const Ctl& ctl, const std::vector<v1::Target>& targets, const std::vector<v1::Chain>& chains) {
+  if (ctl.Format() != OutputFormat::kYaml) return false;
+  std::vector<failover::TargetConfig> ts;
+  std::vector<failover::ChainConfig> cs;
+  for (const v1::Target& t : targets) {
+    auto converted = failover::api::TargetFromProto(t, "target");
+    if (converted.ok()) ts.push_back(*std::move(converted));
+  }
+  for (const v1::Chain& c : chains) {
+    auto converted = failover::api::ChainFromProto(c, "chain");
+    if (converted.ok()) cs.push_back(*std::move(converted));
+  }
+  std::cout << failover::config::WriteConfig(ts, cs);
+  return true;
+}
+
 int Get(Ctl& ctl, const std::string& what, const std::string& name) {
   if (what == "chains" || what == "chain") {
     if (!name.empty()) {
@@ -234,12 +253,16 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       v1::ChainView view;
       const grpc::Status s = ctl.admin->GetChain(ctl.Ctx(), req, &view);
       if (!s.ok()) return ExitFor(s);
+      if (PrintConfig(ctl, {}, {view.config()})) return kExitOk;
       if (!ctl.PrintStructured(view)) std::cout << ChainsTable({view.status()}) << "\n" << TargetsTable({view.status().targets().begin(), view.status().targets().end()});
       return kExitOk;
     }
     v1::ListChainsResponse resp;
     const grpc::Status s = ctl.admin->ListChains(ctl.Ctx(), v1::ListChainsRequest(), &resp);
     if (!s.ok()) return ExitFor(s);
+    std::vector<v1::Chain> configs;
+    for (const auto& c : resp.chains()) configs.push_back(c.config());
+    if (PrintConfig(ctl, {}, configs)) return kExitOk;
     if (ctl.PrintStructured(resp)) return kExitOk;
     std::vector<v1::ChainStatus> chains;
     for (const auto& c : resp.chains()) chains.push_back(c.status());
@@ -254,12 +277,16 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       v1::TargetView view;
       const grpc::Status s = ctl.admin->GetTarget(ctl.Ctx(), req, &view);
       if (!s.ok()) return ExitFor(s);
+      if (PrintConfig(ctl, {view.config()}, {})) return kExitOk;
       if (ctl.PrintStructured(view)) return kExitOk;
       targets.push_back(view.status());
     } else {
       v1::ListTargetsResponse resp;
       const grpc::Status s = ctl.admin->ListTargets(ctl.Ctx(), v1::ListTargetsRequest(), &resp);
       if (!s.ok()) return ExitFor(s);
+      std::vector<v1::Target> configs;
+      for (const auto& t : resp.targets()) configs.push_back(t.config());
+      if (PrintConfig(ctl, configs, {})) return kExitOk;
       if (ctl.PrintStructured(resp)) return kExitOk;
       for (const auto& t : resp.targets()) targets.push_back(t.status());
     }

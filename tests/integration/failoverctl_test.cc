@@ -61,10 +61,44 @@ TEST_F(FailoverctlTest, GetInEveryOutputForm) {
   EXPECT_EQ(parsed.chains(0).status().active_target(), "argus-llm");
   CommandResult yaml = Ctl({"-o", "yaml", "get", "target", "gemma-local"});
   ASSERT_EQ(yaml.exit_code, 0) << yaml.err;
-  EXPECT_THAT(yaml.out, HasSubstr("  name: gemma-local\n"));
-  EXPECT_THAT(yaml.out, HasSubstr("  kind: TARGET_KIND_LOCAL\n"));
+  // -o yaml is a config file: the keys and words a person writes.
+  EXPECT_EQ(yaml.out, "targets:\n  - name: gemma-local\n    kind: local\n    warm: true\n");
   CommandResult targets = Ctl({"get", "targets"});
   EXPECT_THAT(targets.out, HasSubstr("TARGET       HEALTH   LAST PROBE  LAST ERROR"));
+}
+
+// What get -o yaml prints applies back unchanged, every kind of setting included.
+TEST_F(FailoverctlTest, GetAsYamlAppliesBackUnchanged) {
+  TempDir rich;
+  std::ofstream(rich.path() + "/rich.yaml")
+      << "targets:\n"
+         "  - name: a\n    upstream_model: gpt-4o\n    weight: 3\n    cost: 2.5\n    timeout: 30s\n"
+         "    labels: {base_url: \"https://api.example.com/v1\", region: eu, flag: \"true\"}\n"
+         "    limits: {rpm: 600}\n"
+         "    health: {trip: {failure_rate: 20, min_calls: 50, window: 1m, slow_call: {duration: 8s, rate: 50}}}\n"
+         "  - name: b\n    kind: local\n    warm: true\n    enabled: false\n"
+         "  - name: c\n"
+         "chains:\n"
+         "  - name: ch\n    targets: [a, b, c]\n    strategy: least_latency\n    failover_enabled: true\n"
+         "    policy:\n      probe: {interval: 1m30s}\n      trip: {errors: 3}\n      backoff: {factor: 5, max: 1h}\n"
+         "      rate_limit: {on: wait, hold: 20s}\n      max_attempts: 1\n      retry_on_statuses: [408, 5xx]\n"
+         "      retry_on_errors: [model not found]\n      same_target_retries: {network: 0, overloaded: 3}\n"
+         "      least_latency: {explore: 10}\n      retry_budget: {ratio: 0.2}\n      hedge: {after: 2500ms}\n";
+  ASSERT_EQ(Ctl({"apply", "-f", rich.path()}).exit_code, 0);
+  CommandResult targets = Ctl({"-o", "yaml", "get", "targets"});
+  CommandResult chains = Ctl({"-o", "yaml", "get", "chains"});
+  ASSERT_EQ(targets.exit_code, 0) << targets.err;
+  ASSERT_EQ(chains.exit_code, 0) << chains.err;
+  TempDir back;
+  std::ofstream(back.path() + "/targets.yaml") << targets.out;
+  std::ofstream(back.path() + "/chains.yaml") << chains.out;
+  CommandResult again = Ctl({"apply", "-f", back.path(), "--dry-run"});
+  ASSERT_EQ(again.exit_code, 0) << again.err << targets.out << chains.out;
+  EXPECT_THAT(again.out, ::testing::Not(HasSubstr("updated"))) << again.out << targets.out << chains.out;
+  EXPECT_THAT(again.out, HasSubstr("chain ch: unchanged"));
+  EXPECT_THAT(chains.out, HasSubstr("hedge:\n        after: 2.5s"));
+  EXPECT_THAT(chains.out, HasSubstr("ratio: 0.2\n"));
+  EXPECT_THAT(targets.out, HasSubstr("flag: \"true\""));
 }
 
 TEST_F(FailoverctlTest, PinTriggerStatusAndEvents) {

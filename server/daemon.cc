@@ -76,6 +76,7 @@ absl::Status Daemon::Start() {
   registry_ = std::make_shared<prometheus::Registry>();
   metrics_ = std::make_unique<api::Metrics>(*registry_);
   state_gauges_ = std::make_shared<api::StateCollector>(engine_.get());
+  process_metrics_ = std::make_shared<api::ProcessCollector>();  // the exposer keeps only a weak pointer
   events_ = std::make_unique<api::EventLog>(1000, restored->next_sequence - 1);
   auto recent = store_->RecentEvents(1000);
   if (recent.ok()) events_->Preload(std::move(recent).value());
@@ -121,13 +122,16 @@ absl::Status Daemon::Start() {
       .Name("failover_build_info")
       .Help("Build information; always 1.")
       .Register(*registry_)
-      .Add({{"version", FAILOVERD_VERSION}})
+      .Add({{"version", FAILOVERD_VERSION},
+            {"grpc", grpc::Version()},
+            {"protobuf", google::protobuf::internal::VersionString(GOOGLE_PROTOBUF_VERSION)}})
       .Set(1);
   if (!flags_.metrics_listen.empty()) {
     try {
       exposer_ = std::make_unique<prometheus::Exposer>(flags_.metrics_listen);
       exposer_->RegisterCollectable(registry_);
       exposer_->RegisterCollectable(state_gauges_);
+      exposer_->RegisterCollectable(process_metrics_);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", flags_.metrics_listen, ": ", e.what()));
     }

@@ -35,6 +35,7 @@ class DecisionService;
 class EventLog;
 class HealthService;
 class Metrics;
+class ProcessCollector;
 class StateCollector;
 }  // namespace api
 
@@ -64,6 +65,7 @@ class Daemon {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<api::Metrics> metrics_;
   std::shared_ptr<api::StateCollector> state_gauges_;
+  std::shared_ptr<api::ProcessCollector> process_metrics_;
   std::unique_ptr<api::EventLog> events_;
   std::unique_ptr<Committer> committer_;
   std::unique_ptr<ConfigReloader> reloader_;

@@ -1,5 +1,15 @@
 #include "server/api/metrics.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 namespace failover::api {
 
 Metrics::Metrics(prometheus::Registry& r)
@@ -40,6 +50,11 @@ Metrics::Metrics(prometheus::Registry& r)
                            .Help("Open grpc.health.v1 Watch streams.")
                            .Register(r)
                            .Add({})),
+      watch_resyncs_(prometheus::BuildCounter()
+                         .Name("failover_watch_resyncs_total")
+                         .Help("WatchEvents streams that fell behind, lost their queue and got a fresh snapshot.")
+                         .Register(r)
+                         .Add({})),
       config_ok_(prometheus::BuildGauge()
                      .Name("failover_config_last_reload_ok")
                      .Help("1 when the last load of the config files was applied, 0 when it was rejected.")
@@ -108,7 +123,19 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   prometheus::MetricFamily chain_state =
       GaugeFamily("failover_chain_state", "Per chain and state: 1 for the current state, else 0.",
                   snap->chains.size() * kChainStates);
+  prometheus::MetricFamily last_probe =
+      GaugeFamily("failover_target_last_probe_timestamp_seconds",
+                  "When the target's last health check result came in (Unix seconds); absent before the first.",
+                  snap->targets.size());
   for (const TargetEntry& t : snap->targets) {
+    absl::Time probed;
+    {
+      std::lock_guard<std::mutex> lock(t.rt->mu);
+      probed = t.rt->last_probe;
+    }
+    if (probed != absl::InfinitePast()) {
+      AddGauge(&last_probe, {{"target", t.config.name}}, static_cast<double>(absl::ToUnixMicros(probed)) / 1e6);
+    }
     const HealthState health = t.rt->Effective();
     const bool usable = health == HealthState::kHealthy || health == HealthState::kUnknown;
     AddGauge(&up, {{"target", t.config.name}}, usable ? 1 : 0);
@@ -128,7 +155,60 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
       AddGauge(&chain_state, {{"chain", c.config.name}, {"state", ChainStateName(each)}}, each == state);
     }
   }
-  return {std::move(up), std::move(target_state), std::move(chain_state)};
+  return {std::move(up), std::move(target_state), std::move(chain_state), std::move(last_probe)};
+}
+
+std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
+  std::vector<prometheus::MetricFamily> out;
+  auto gauge = [&](const char* name, const char* help, double value, prometheus::MetricType type) {
+    prometheus::MetricFamily f = GaugeFamily(name, help, 1);
+    f.type = type;
+    prometheus::ClientMetric& m = f.metric.emplace_back();
+    if (type == prometheus::MetricType::Counter) {
+      m.counter.value = value;
+    } else {
+      m.gauge.value = value;
+    }
+    out.push_back(std::move(f));
+  };
+  // /proc/self/stat: fields after the command name, which may hold spaces.
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+    // f[0] is field 3 (state): utime is field 14, stime 15, starttime 22, vsize 23, rss 24.
+    auto field = [&](size_t n) -> double {
+      double v = 0;
+      return n - 3 < f.size() && absl::SimpleAtod(f[n - 3], &v) ? v : 0;
+    };
+    const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    gauge("process_cpu_seconds_total", "User and system CPU time spent, in seconds.",
+          (field(14) + field(15)) / ticks, prometheus::MetricType::Counter);
+    gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", field(23), prometheus::MetricType::Gauge);
+    gauge("process_resident_memory_bytes", "Resident memory size in bytes.", field(24) * page,
+          prometheus::MetricType::Gauge);
+    std::ifstream uptime_file("/proc/uptime");
+    double uptime = 0;
+    uptime_file >> uptime;
+    const double boot = static_cast<double>(absl::ToUnixMicros(absl::Now())) / 1e6 - uptime;
+    gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds.",
+          boot + field(22) / ticks, prometheus::MetricType::Gauge);
+  }
+  size_t fds = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir) != nullptr) ++fds;
+    closedir(dir);
+    fds -= 3;  // ".", ".." and the directory's own descriptor
+  }
+  gauge("process_open_fds", "Open file descriptors.", static_cast<double>(fds), prometheus::MetricType::Gauge);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    gauge("process_max_fds", "The open descriptor limit.", static_cast<double>(limit.rlim_cur),
+          prometheus::MetricType::Gauge);
+  }
+  return out;
 }
 
 void Metrics::Forget(const std::string& name) {

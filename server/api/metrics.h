@@ -37,6 +37,13 @@ class StateCollector final : public prometheus::Collectable {
   const Engine* engine_;
 };
 
+// The standard process_* metrics (CPU, memory, descriptors, start time), read
+// from /proc at each scrape; prometheus-cpp has none of its own.
+class ProcessCollector final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override;
+};
+
 class Metrics {
  public:
   explicit Metrics(prometheus::Registry& registry);
@@ -52,6 +59,7 @@ class Metrics {
   void OnHedge() { hedges_.Increment(); }
   void SetWatchers(size_t n);
   void SetHealthWatchers(size_t n) { health_watchers_.Set(static_cast<double>(n)); }
+  void OnWatchResync() { watch_resyncs_.Increment(); }
   // A load-and-apply of the config files, accepted or rejected.
   void OnConfigReload(bool accepted);
   void SetProbeLeases(size_t n);
@@ -67,6 +75,7 @@ class Metrics {
   prometheus::Gauge& watchers_;
   prometheus::Gauge& probe_leases_;
   prometheus::Gauge& health_watchers_;
+  prometheus::Counter& watch_resyncs_;
   prometheus::Gauge& config_ok_;
   prometheus::Family<prometheus::Counter>& config_reloads_;
   prometheus::Counter& config_accepted_;

@@ -139,6 +139,7 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
       // Too far behind: drop the queue; a fresh snapshot replaces it.
       queue_.clear();
       resync_ = true;
+      if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
     }
   }
   PumpLocked();

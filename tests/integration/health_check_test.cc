@@ -78,7 +78,9 @@ TEST_F(HealthCheckTest, ATargetThatCallersKeepTryingStillGetsItsHealthCheck) {
 // A lease handed out while a is manually failed over, answered after the
 // failover was cancelled and triggered again, no longer fits: ignored.
 TEST_F(HealthCheckTest, AProbeResultFromBeforeAnAdminChangeIsIgnored) {
+  StartServer({"--metrics-listen", "127.0.0.1:0"});
   ApplyChain(/*interval_ms=*/60'000, /*backoff_factor=*/1);
+  const std::string probed_metric = "failover_target_last_probe_timestamp_seconds{target=\"a\"}";
   auto admin = [&](bool trigger) {
     grpc::Status s;
     v1::TargetView view;
@@ -105,12 +107,14 @@ TEST_F(HealthCheckTest, AProbeResultFromBeforeAnAdminChangeIsIgnored) {
   EXPECT_EQ(stale.results_ignored(), 1u);
   EXPECT_EQ(stale.results_accepted(), 0u);
   EXPECT_EQ(Target("a").status().last_error(), "");
+  EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), ::testing::Not(HasSubstr(probed_metric)));
   // A check under the current state is offered at once, and its result counts.
   const v1::ProbeTask* fresh = TaskFor(stale, "a");
   ASSERT_NE(fresh, nullptr);
   v1::ProbeResponse used = Probe({Failed(fresh->lease_id(), 502)});
   EXPECT_EQ(used.results_accepted(), 1u);
   EXPECT_THAT(Target("a").status().last_error(), HasSubstr("502"));
+  EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), HasSubstr(probed_metric));
 }
 
 // Through failoverctl, as an operator meets it: chains that give a shared

@@ -171,7 +171,7 @@ TEST_F(WatchTest, ResumeFromBeyondTheRetainedLogGetsAResyncSnapshot) {
 }
 
 TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
-  StartServer({"--watch-queue", "4"});
+  StartServer({"--watch-queue", "4", "--metrics-listen", "127.0.0.1:0"});
   TwoChains();
   // Read up to its opening snapshot (so it is subscribed before the burst),
   // then not again until the end.
@@ -201,6 +201,7 @@ TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
   ASSERT_TRUE(events.back().has_snapshot());
   EXPECT_TRUE(events.back().snapshot().resync());
   EXPECT_GE(events.back().snapshot().targets_size(), 44);
+  EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), HasSubstr("failover_watch_resyncs_total 1"));
 }
 
 TEST_F(WatchTest, SigtermEndsWatchStreamsAndExitsCleanly) {
@@ -269,7 +270,11 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   EXPECT_THAT(text, HasSubstr("failover_outcomes_total{reason=\"server_error\",target=\"a\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_decision_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("failover_watchers 1"));
-  EXPECT_THAT(text, HasSubstr("failover_build_info{version="));
+  EXPECT_THAT(text, HasSubstr("failover_build_info{grpc=\"1."));
+  EXPECT_THAT(text, ::testing::ContainsRegex("process_open_fds [1-9]"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("process_resident_memory_bytes [1-9]"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("process_start_time_seconds [1-9]"));
+  EXPECT_THAT(text, HasSubstr("failover_watch_resyncs_total 0"));
   // b trips too: chain one goes DEGRADED on the same target, a change of
   // state but not of target, which is not a switch.
   Report(Pick("one").decision_id(), "b", 500, "boom");

@@ -149,7 +149,11 @@ size_t Client::Flush(size_t limit) {
     if (unreachable) {
       // Keep it for later, in front, unless the bound is full of newer ones.
       std::lock_guard<std::mutex> lock(mu_);
-      if (buffered_.size() < options_.max_buffered_reports) buffered_.push_front(std::move(req));
+      if (buffered_.size() < options_.max_buffered_reports) {
+        buffered_.push_front(std::move(req));
+      } else {
+        ++dropped_;
+      }
       return delivered;
     }
     if (s.ok()) ++delivered;  // otherwise refused for good: it would never be accepted

@@ -63,6 +63,12 @@ Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientO
   if (!options_.now) options_.now = [] { return absl::Now(); };
 }
 
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(options.connection);
+  if (!channel.ok()) return channel.status();
+  return std::make_unique<Client>(v1::DecisionService::NewStub(*channel), std::move(options));
+}
+
 void Client::SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts) {
   std::lock_guard<std::mutex> lock(mu_);
   last_plan_.emplace(chain, std::move(attempts));  // a plan seen from failoverd wins
@@ -182,6 +188,7 @@ struct Client::HedgeResult {
   bool refused = false;  // failoverd answered a report with an error
   std::string refusal;
   std::string served_by;  // the first success, if any
+  std::string response;   // its response
   // The verdict on the attempt that finished last, which decides what follows.
   v1::Attempt last_attempt;
   v1::ReportOutcomeResponse last_verdict;
@@ -272,7 +279,10 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     h.records.push_back(record);
     h.tried.push_back(r->target.target());
     h.last_attempt = r->target;
-    if (out.ok && h.served_by.empty()) h.served_by = r->target.target();
+    if (out.ok && h.served_by.empty()) {
+      h.served_by = r->target.target();
+      h.response = std::move(out.response);
+    }
   }
   return h;
 }
@@ -339,6 +349,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       if (!h.served_by.empty()) {
         result.ok = true;
         result.served_by = h.served_by;
+        result.response = std::move(h.response);
         result.fail_static = !h.reached;
         Promote(chain, h.served_by);
         return result;
@@ -393,6 +404,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       result.ok = out.ok;
       if (out.ok) {
         result.served_by = current.target();
+        result.response = std::move(out.response);
       } else {
         result.error = absl::StrCat("failoverd refused the report: ", refusal);
       }
@@ -405,6 +417,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       if (out.ok) {
         result.ok = true;
         result.served_by = current.target();
+        result.response = std::move(out.response);
         result.fail_static = true;
         Promote(chain, current.target());
         return result;
@@ -418,6 +431,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       case v1::VERDICT_DONE:
         result.ok = out.ok;
         result.served_by = current.target();
+        if (out.ok) result.response = std::move(out.response);
         Promote(chain, current.target());
         return result;
       case v1::VERDICT_RETRY_SAME:
@@ -474,6 +488,7 @@ LoopResult Client::RunStatic(const std::string& chain, const std::string& decisi
     if (out.ok) {
       result.ok = true;
       result.served_by = a.target();
+      result.response = out.response;
       Promote(chain, a.target());
       return result;
     }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/connection.h"
 #include "failover/v1/decision.grpc.pb.h"
@@ -39,6 +40,9 @@ struct AttemptOutcome {
   bool ok = false;
   v1::Failure failure;  // the facts, when !ok
   absl::Duration latency = absl::ZeroDuration();
+  // What the caller wants back from the attempt that serves the request (the
+  // upstream's reply, say); LoopResult::response carries it out of Run.
+  std::string response;
 };
 
 // What an attempt function is told besides its target.
@@ -80,6 +84,7 @@ struct AttemptRecord {
 struct LoopResult {
   bool ok = false;
   std::string served_by;
+  std::string response;  // the serving attempt's AttemptOutcome::response
   std::string error;  // why the request failed (failoverd's FAIL message, or every failure when static)
   std::vector<AttemptRecord> attempts;
   bool fail_static = false;  // some or all of the loop ran without failoverd
@@ -106,6 +111,10 @@ struct ClientOptions {
 class Client {
  public:
   explicit Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options = {});
+  // Opens the channel to options.connection.server (TLS and token as given)
+  // and makes the client: the one call most callers need. Fails only when a
+  // TLS file cannot be read.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   // The order to use for `chain` when failoverd is unreachable and no plan was seen yet.
   void SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts);

@@ -102,7 +102,15 @@ TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
   v1::ApplyResponse applied;
   ASSERT_TRUE(call(&v1::AdminService::Stub::Apply, config, &applied).ok());
 
-  client::Client client(v1::DecisionService::NewStub(proc.Channel()));
+  // Made from the options alone: the address is the one in them.
+  client::ClientOptions options;
+  options.connection.server = proc.address();
+  absl::StatusOr<std::unique_ptr<client::Client>> connected = client::Client::Connect(options);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  client::Client& client = **connected;
+  client::ClientOptions bad_tls;
+  bad_tls.connection.tls_ca = data.path() + "/no-such-ca.pem";
+  EXPECT_EQ(client::Client::Connect(bad_tls).status().code(), absl::StatusCode::kNotFound);
   int calls = 0;
   auto upstream = [&](const v1::Attempt&) {
     ++calls;

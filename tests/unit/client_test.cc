@@ -41,7 +41,7 @@ v1::ReportOutcomeResponse Verdict(v1::Verdict v, const std::string& next = "", c
   return r;
 }
 
-AttemptOutcome Ok() { return AttemptOutcome{true, {}, {}}; }
+AttemptOutcome Ok() { return AttemptOutcome{true, {}, {}, {}}; }
 AttemptOutcome Fail(uint32_t status) {
   AttemptOutcome o;
   o.failure.set_http_status(status);
@@ -296,10 +296,12 @@ TEST_F(ClientTest, RunOptionsReachThePickAndEachAttemptKeepsItsReasonAndLatency)
       [](const v1::Attempt& a, const AttemptContext&) {
         AttemptOutcome o = a.target() == "a" ? Fail(500) : Ok();
         o.latency = a.target() == "a" ? absl::Milliseconds(30) : absl::Milliseconds(120);
+        o.response = a.target() == "a" ? "error page" : "{\"choices\": []}";
         return o;
       },
       options);
   EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.response, "{\"choices\": []}");
   EXPECT_EQ(seen.session_key(), "user-7");
   EXPECT_EQ(seen.request_id(), "req-42");
   EXPECT_THAT(seen.exclude_targets(), ::testing::ElementsAre("c"));
@@ -441,7 +443,9 @@ TEST_F(HedgeTest, ASlowFirstAttemptIsHedgedAndTheWinnerServesTheRequest) {
         if (a.target() == "b") {
           EXPECT_TRUE(ctx.hedged);
           EXPECT_EQ(ctx.number, 2u);
-          return Ok();
+          AttemptOutcome o = Ok();
+          o.response = "from b";
+          return o;
         }
         // The slow one: waits until it is told to stop.
         for (int i = 0; i < 10000 && !ctx.Cancelled(); ++i) signals_.Wait("never", absl::Milliseconds(1));
@@ -451,6 +455,7 @@ TEST_F(HedgeTest, ASlowFirstAttemptIsHedgedAndTheWinnerServesTheRequest) {
       options);
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.served_by, "b");
+  EXPECT_EQ(r.response, "from b") << "the winner's reply comes out of Run";
   EXPECT_TRUE(a_saw_cancel);
   ASSERT_EQ(reports_.size(), 2u);
   EXPECT_EQ(reports_[0].target(), "b");

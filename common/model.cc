@@ -66,6 +66,16 @@ constexpr std::array<const char*, kReasonCount> kReasonNames = {
 
 const char* ReasonName(Reason r) { return kReasonNames[static_cast<int>(r)]; }
 
+const char* StrategyName(Strategy s) {
+  switch (s) {
+    case Strategy::kRoundRobin: return "round_robin";
+    case Strategy::kLowestCost: return "lowest_cost";
+    case Strategy::kLeastLatency: return "least_latency";
+    case Strategy::kFailover: break;
+  }
+  return "failover";
+}
+
 bool ParseReason(const std::string& name, Reason* out) {
   // Only classifications: kNone and kRetryBudget name no kind of failure.
   for (int i = 1; i <= static_cast<int>(Reason::kUnknown); ++i) {
@@ -146,15 +156,7 @@ std::string ShowSetting(const std::map<Reason, uint32_t>& v) {
   return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
 }
 std::string ShowSetting(RateLimitMode v) { return v == RateLimitMode::kWait ? "wait" : "failover"; }
-std::string ShowSetting(Strategy v) {
-  switch (v) {
-    case Strategy::kRoundRobin: return "round_robin";
-    case Strategy::kLowestCost: return "lowest_cost";
-    case Strategy::kLeastLatency: return "least_latency";
-    case Strategy::kFailover: break;
-  }
-  return "failover";
-}
+std::string ShowSetting(Strategy v) { return StrategyName(v); }
 std::string ShowSetting(TargetKind v) { return v == TargetKind::kLocal ? "local" : "remote"; }
 template <typename T>
 std::string ShowSetting(const T& v) {

@@ -50,6 +50,8 @@ const char* ChainStateName(ChainState s);
 const char* SourceName(Source s);
 const char* SwitchReasonName(SwitchReason r);
 const char* ReasonName(Reason r);
+// As config files write it: "failover", "round_robin", "lowest_cost", "least_latency".
+const char* StrategyName(Strategy s);
 // "network" -> kNetwork. False for an unknown name.
 bool ParseReason(const std::string& name, Reason* out);
 

@@ -32,8 +32,6 @@ void Group(YAML::Emitter& out, const char* key, bool any, F write) {
   out << YAML::EndMap;
 }
 
-const char* ReasonKey(Reason r) { return ReasonName(r); }
-
 // The health part of a policy (probe, trip, recovery, backoff, rate_limit hold).
 void WriteHealth(YAML::Emitter& out, const Policy& p, bool with_rate_limit_mode) {
   const Policy d;
@@ -89,7 +87,7 @@ void WritePolicy(YAML::Emitter& out, const Policy& p) {
   }
   if (!p.retry_on_errors.empty()) out << YAML::Key << "retry_on_errors" << YAML::Value << p.retry_on_errors;
   Group(out, "same_target_retries", !p.same_target_retries.empty(), [&] {
-    for (const auto& [reason, n] : p.same_target_retries) out << YAML::Key << ReasonKey(reason) << YAML::Value << n;
+    for (const auto& [reason, n] : p.same_target_retries) out << YAML::Key << ReasonName(reason) << YAML::Value << n;
   });
   Group(out, "least_latency", p.latency_explore != d.latency_explore,
         [&] { out << YAML::Key << "explore" << YAML::Value << p.latency_explore; });
@@ -102,16 +100,6 @@ void WritePolicy(YAML::Emitter& out, const Policy& p) {
 }
 
 bool PolicyIsDefault(const Policy& p) { return p == Policy(); }
-
-const char* StrategyKey(Strategy s) {
-  switch (s) {
-    case Strategy::kRoundRobin: return "round_robin";
-    case Strategy::kLowestCost: return "lowest_cost";
-    case Strategy::kLeastLatency: return "least_latency";
-    case Strategy::kFailover: break;
-  }
-  return "failover";
-}
 
 }  // namespace
 
@@ -153,7 +141,7 @@ std::string WriteConfig(const std::vector<TargetConfig>& targets, const std::vec
     for (const ChainConfig& c : chains) {
       out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << c.name;
       out << YAML::Key << "targets" << YAML::Value << YAML::Flow << c.targets;
-      if (c.strategy != Strategy::kFailover) out << YAML::Key << "strategy" << YAML::Value << StrategyKey(c.strategy);
+      if (c.strategy != Strategy::kFailover) out << YAML::Key << "strategy" << YAML::Value << StrategyName(c.strategy);
       if (!PolicyIsDefault(c.policy)) {
         out << YAML::Key << "policy" << YAML::Value << YAML::BeginMap;
         WritePolicy(out, c.policy);

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
+#include "server/accept_guard.h"
 #include "server/api/release_memory.h"
 #include "server/daemon.h"
 #include "server/flags.h"
@@ -40,9 +41,8 @@ void RouteGrpcLogs() {
   });
 }
 
-// Every connection and watcher holds a descriptor, and gRPC's listener stops
-// accepting for good after one accept fails for lack of them: take the most
-// the system allows, and say what that is.
+// Every connection and watcher holds a descriptor: take the most the system
+// allows, and say what that is (server/accept_guard.h covers running out).
 void RaiseDescriptorLimit(const failover::Flags& flags) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   failover::api::KeepLargeAllocationsSeparate();
   RaiseDescriptorLimit(flags);
+  failover::InstallAcceptGuard();
 
   // Block the shutdown and reload signals in every thread; they are waited for below.
   const sigset_t signals = HandledSignals();

@@ -1,7 +1,10 @@
 // Faults an unlucky operator meets, through the real binary: a full disk, and
 // valid input that once bricked the data dir. Each fault gets a clear refusal;
 // nothing acknowledged is lost; failoverd keeps deciding.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -183,6 +186,60 @@ TEST(DescriptorLimitTest, TheSoftLimitIsRaisedToTheHardOneAndLogged) {
       << proc.Stderr();
   EXPECT_THAT(proc.Stderr(), HasSubstr("descriptor limit nofile=4096"));
   EXPECT_THAT(proc.Stderr(), HasSubstr("is low for --max-watchers 10000"));
+}
+
+// A plain TCP connection to a loopback port (it holds one of the server's
+// descriptors once accepted), or -1.
+int ConnectTcp(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// gRPC 1.51 closes its listener for good when one accept fails for lack of
+// descriptors; failoverd keeps it open and serves again once they are free.
+TEST(DescriptorLimitTest, RunningOutOfDescriptorsDoesNotCloseTheListener) {
+  const std::string prlimit = "/usr/bin/prlimit";
+  if (!std::filesystem::exists(prlimit)) GTEST_SKIP() << "needs " << prlimit << " (util-linux)";
+  TempDir data;
+  const int port = FreePort();
+  ChildProcess proc({prlimit, "--nofile=64:64", FailoverdBinary(), "--data-dir", data.path(), "--listen",
+                     "127.0.0.1:" + std::to_string(port), "--metrics-listen", "", "--max-watchers", "8"});
+  ASSERT_TRUE(Eventually([&] { return proc.Stderr().find("failoverd serving") != std::string::npos; }))
+      << proc.Stderr();
+  auto healthy = [&] {
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+    auto stub = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    grpc::health::v1::HealthCheckResponse resp;
+    return stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp).ok();
+  };
+  ASSERT_TRUE(healthy());
+
+  // Idle connections until failoverd runs out of descriptors.
+  std::vector<int> held;
+  const bool ran_out = Eventually([&] {
+    for (int i = 0; i < 8; ++i) {
+      const int fd = ConnectTcp(port);
+      if (fd >= 0) held.push_back(fd);
+    }
+    return proc.Stderr().find("out of file descriptors") != std::string::npos || held.size() > 400;
+  });
+  EXPECT_TRUE(ran_out) << proc.Stderr();
+  EXPECT_THAT(proc.Stderr(), HasSubstr("nofile=64"));
+  for (int fd : held) close(fd);
+
+  // Descriptors are free again: new connections are served.
+  EXPECT_TRUE(Eventually(healthy)) << proc.Stderr();
+  EXPECT_THAT(proc.Stderr(), HasSubstr("accepting connections again"));
 }
 
 }  // namespace

@@ -99,7 +99,8 @@ std::string Health(v1::HealthState h) { return Lower(v1::HealthState_Name(h), "H
 std::string State(v1::ChainState s) { return Lower(v1::ChainState_Name(s), "CHAIN_STATE_"); }
 
 // One line per event, as in failoverd's log.
-std::string DescribeEvent(const v1::Event& e) {
+// `snapshot_chains` / `snapshot_targets`: the totals of a snapshot sent in parts.
+std::string DescribeEvent(const v1::Event& e, int64_t snapshot_chains = -1, int64_t snapshot_targets = -1) {
   const std::string head = absl::StrCat(e.sequence(), "  ");
   if (e.has_chain_switched()) {
     const auto& s = e.chain_switched();
@@ -121,8 +122,9 @@ std::string DescribeEvent(const v1::Event& e) {
                         s.generation(), ")");
   }
   if (e.has_snapshot()) {
-    return absl::StrCat(head, "snapshot", e.snapshot().resync() ? " (resync)" : "", ": ", e.snapshot().chains_size(),
-                        " chains, ", e.snapshot().targets_size(), " targets");
+    return absl::StrCat(head, "snapshot", e.snapshot().resync() ? " (resync)" : "", ": ",
+                        snapshot_chains >= 0 ? snapshot_chains : e.snapshot().chains_size(), " chains, ",
+                        snapshot_targets >= 0 ? snapshot_targets : e.snapshot().targets_size(), " targets");
   }
   return head + "event";
 }
@@ -194,6 +196,22 @@ struct Ctl {
 
 // ---------------------------------------------------------------------------
 
+// Every page of a ListChains / ListTargets / GetStatus call, merged into one
+// response (a large state comes in several).
+template <typename Request, typename Response, typename Call>
+grpc::Status AllPages(const Ctl& ctl, Request req, Response* out, Call call) {
+  for (;;) {
+    Response page;
+    const grpc::Status s = call(ctl.Ctx(), req, &page);
+    if (!s.ok()) return s;
+    std::string next = page.next_page_token();
+    page.clear_next_page_token();
+    out->MergeFrom(page);
+    if (next.empty() || next == req.page_token()) return s;
+    req.set_page_token(std::move(next));
+  }
+}
+
 int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
   auto loaded = failover::config::LoadConfigPath(path);
   if (!loaded.ok()) return Usage(std::string(loaded.status().message()));
@@ -258,7 +276,8 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       return kExitOk;
     }
     v1::ListChainsResponse resp;
-    const grpc::Status s = ctl.admin->ListChains(ctl.Ctx(), v1::ListChainsRequest(), &resp);
+    const grpc::Status s =
+        AllPages(ctl, v1::ListChainsRequest(), &resp, [&](auto* c, const auto& r, auto* p) { return ctl.admin->ListChains(c, r, p); });
     if (!s.ok()) return ExitFor(s);
     std::vector<v1::Chain> configs;
     for (const auto& c : resp.chains()) configs.push_back(c.config());
@@ -282,7 +301,8 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
       targets.push_back(view.status());
     } else {
       v1::ListTargetsResponse resp;
-      const grpc::Status s = ctl.admin->ListTargets(ctl.Ctx(), v1::ListTargetsRequest(), &resp);
+      const grpc::Status s = AllPages(ctl, v1::ListTargetsRequest(), &resp,
+                                      [&](auto* c, const auto& r, auto* p) { return ctl.admin->ListTargets(c, r, p); });
       if (!s.ok()) return ExitFor(s);
       std::vector<v1::Target> configs;
       for (const auto& t : resp.targets()) configs.push_back(t.config());
@@ -299,7 +319,8 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
 int Status(Ctl& ctl, bool watch) {
   auto print = [&]() -> int {
     v1::StatusResponse resp;
-    const grpc::Status s = ctl.admin->GetStatus(ctl.Ctx(), v1::GetStatusRequest(), &resp);
+    const grpc::Status s =
+        AllPages(ctl, v1::GetStatusRequest(), &resp, [&](auto* c, const auto& r, auto* p) { return ctl.admin->GetStatus(c, r, p); });
     if (!s.ok()) return ExitFor(s);
     if (ctl.PrintStructured(resp)) return kExitOk;
     if (watch) std::cout << "\033[H\033[2J";  // redraw from the top
@@ -313,7 +334,9 @@ int Status(Ctl& ctl, bool watch) {
     auto ctx = ctl.StreamCtx();
     auto reader = ctl.decide->WatchEvents(ctx.get(), v1::WatchEventsRequest());
     v1::Event e;
-    while (reader->Read(&e)) print();
+    while (reader->Read(&e)) {
+      if (!(e.has_snapshot() && e.snapshot().more())) print();
+    }
     reader->Finish();
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
@@ -346,15 +369,26 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
     auto reader = ctl.decide->WatchEvents(ctx.get(), req);
     v1::Event e;
     bool got_any = false;
+    // A large snapshot comes in parts (Snapshot.more); text output sums them into one line.
+    int64_t part_chains = 0;
+    int64_t part_targets = 0;
     while (reader->Read(&e)) {
       got_any = true;
       ever_connected = true;
       backoff = 0.2;
+      const bool partial = e.has_snapshot() && e.snapshot().more();
       if (ctl.output == "json") {
         std::cout << failover::client::ToJson(e, false) << std::endl;
+      } else if (e.has_snapshot()) {
+        part_chains += e.snapshot().chains_size();
+        part_targets += e.snapshot().targets_size();
+        if (partial) continue;
+        std::cout << DescribeEvent(e, part_chains, part_targets) << std::endl;
+        part_chains = part_targets = 0;
       } else {
         std::cout << DescribeEvent(e) << std::endl;
       }
+      if (partial) continue;  // resuming after a part would skip the rest of the state
       if (e.sequence() > 0) req.set_after_sequence(e.sequence());
       if (max_events > 0 && ++printed >= max_events) {
         ctx->TryCancel();

@@ -159,6 +159,8 @@ absl::Status Daemon::Start() {
   context.version = FAILOVERD_VERSION;
   api::WatchOptions watch;
   watch.queue_limit = flags_.watch_queue;
+  watch.queue_bytes = flags_.watch_queue_bytes;
+  watch.stall_timeout = absl::Seconds(flags_.watch_stall_timeout_seconds);
   watch.max_watchers = flags_.max_watchers;
   watch.history = [this](uint64_t after, size_t limit, bool* complete) {
     return store_->EventsAfter(after, limit, complete);

@@ -74,6 +74,16 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "Events queued per WatchEvents stream before a slow watcher is resynced with a snapshot")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--watch-queue-bytes", flags->watch_queue_bytes,
+                 "Bytes of events queued per WatchEvents stream before a slow watcher is resynced with a snapshot")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--watch-stall-timeout", flags->watch_stall_timeout_seconds,
+                 "A WatchEvents client that reads nothing for this long while an event waits for it is dropped "
+                 "(frees what it holds; it resumes by sequence); 0 = never")
+      ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--tokens-file", flags->tokens_file,
                  "File of \"decide <token>\" / \"admin <token>\" lines; when set, calls need a bearer token");
   app.add_option("--tls-cert", flags->tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");

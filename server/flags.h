@@ -21,6 +21,8 @@ struct Flags {
   size_t events_keep = 10000;
   uint64_t min_free_mb = 64;
   size_t watch_queue = 1024;
+  size_t watch_queue_bytes = 1 << 20;
+  double watch_stall_timeout_seconds = 30;
   std::string tokens_file;
   std::string tls_cert;
   std::string tls_key;

@@ -4,8 +4,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
+#include "server/api/paging.h"
 #include "server/api/release_memory.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
@@ -164,8 +167,19 @@ absl::Status AdminService::DoGetTarget(const GetTargetRequest& req, failover::v1
   return TargetViewOf(req.name(), resp);
 }
 
-absl::Status AdminService::DoListTargets(const ListTargetsRequest&, ListTargetsResponse* resp) {
-  for (const auto& v : ctx_.engine->ListTargets()) FillTargetView(v, resp->add_targets());
+absl::Status AdminService::DoListTargets(const ListTargetsRequest& req, ListTargetsResponse* resp) {
+  if (!req.page_token().empty()) RETURN_IF_ERROR(ValidateName(req.page_token(), "page_token"));
+  Page page(req.page_size());
+  ctx_.engine->VisitTargets(req.page_token(), [&](const failover::TargetView& v) {
+    if (page.full()) {
+      resp->set_next_page_token(resp->targets(resp->targets_size() - 1).config().name());
+      return false;
+    }
+    auto* out = resp->add_targets();
+    FillTargetView(v, out);
+    page.Add(out->ByteSizeLong());
+    return true;
+  });
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -184,8 +198,19 @@ absl::Status AdminService::DoGetChain(const GetChainRequest& req, failover::v1::
   return ChainViewOf(req.name(), resp);
 }
 
-absl::Status AdminService::DoListChains(const ListChainsRequest&, ListChainsResponse* resp) {
-  for (const auto& v : ctx_.engine->ListChains()) FillChainView(v, resp->add_chains());
+absl::Status AdminService::DoListChains(const ListChainsRequest& req, ListChainsResponse* resp) {
+  if (!req.page_token().empty()) RETURN_IF_ERROR(ValidateName(req.page_token(), "page_token"));
+  Page page(req.page_size());
+  ctx_.engine->VisitChains(req.page_token(), [&](const failover::ChainView& v) {
+    if (page.full()) {
+      resp->set_next_page_token(resp->chains(resp->chains_size() - 1).config().name());
+      return false;
+    }
+    auto* out = resp->add_chains();
+    FillChainView(v, out);
+    page.Add(out->ByteSizeLong());
+    return true;
+  });
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -280,9 +305,49 @@ absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEvents
   return absl::OkStatus();
 }
 
-absl::Status AdminService::DoGetStatus(const GetStatusRequest&, StatusResponse* resp) {
-  for (const auto& v : ctx_.engine->ListChains()) ChainStatusToProto(v.status, resp->add_chains());
-  for (const auto& v : ctx_.engine->ListTargets()) TargetStatusToProto(v.status, resp->add_targets());
+// GetStatus pages run through the chains, then the targets; a token names
+// the list and the last name sent ("chain/NAME", "target/NAME", or "target/"
+// when the targets start on the next page).
+absl::Status AdminService::DoGetStatus(const GetStatusRequest& req, StatusResponse* resp) {
+  const std::string& token = req.page_token();
+  const bool targets_only = absl::StartsWith(token, "target/");
+  if (!token.empty()) {
+    const bool known = absl::StartsWith(token, "chain/") || targets_only;
+    const absl::string_view after = known ? absl::string_view(token).substr(token.find('/') + 1) : "";
+    if (!known || (!after.empty() && !ValidateName(after, "page_token").ok()) ||
+        (after.empty() && !targets_only)) {
+      return absl::InvalidArgumentError(absl::StrCat("page_token: \"", absl::CHexEscape(token.substr(0, 64)),
+                                                     "\" is not a next_page_token from a GetStatus response"));
+    }
+  }
+  Page page(req.page_size());
+  if (!targets_only) {
+    const absl::string_view after = token.empty() ? "" : absl::string_view(token).substr(6);
+    ctx_.engine->VisitChains(after, [&](const failover::ChainView& v) {
+      if (page.full()) {
+        resp->set_next_page_token(absl::StrCat("chain/", resp->chains(resp->chains_size() - 1).name()));
+        return false;
+      }
+      auto* out = resp->add_chains();
+      ChainStatusToProto(v.status, out);
+      page.Add(out->ByteSizeLong());
+      return true;
+    });
+  }
+  if (resp->next_page_token().empty()) {
+    const absl::string_view after = targets_only ? absl::string_view(token).substr(7) : "";
+    ctx_.engine->VisitTargets(after, [&](const failover::TargetView& v) {
+      if (page.full()) {
+        resp->set_next_page_token(
+            resp->targets_size() == 0 ? "target/" : absl::StrCat("target/", resp->targets(resp->targets_size() - 1).name()));
+        return false;
+      }
+      auto* out = resp->add_targets();
+      TargetStatusToProto(v.status, out);
+      page.Add(out->ByteSizeLong());
+      return true;
+    });
+  }
   resp->set_config_generation(ctx_.engine->generation());
   const absl::Time now = ctx_.clock->Now();
   TimeToProto(now, resp->mutable_server_time());

@@ -42,7 +42,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::C
   absl::Status allowed = ctx_.Authorize(*ctx, Role::kDecide);
   if (allowed.ok()) allowed = ParseRequest(*in, &request);
   WatchStream* stream = nullptr;
-  WatchStream::Start(ctx_, watch_, request, allowed, &stream);
+  WatchStream::Start(ctx_, watch_, &worker_, ctx, request, allowed, &stream);
   return stream;
 }
 

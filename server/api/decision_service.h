@@ -19,7 +19,8 @@ using DecisionServiceBase =
 
 class DecisionService final : public DecisionServiceBase {
  public:
-  DecisionService(ServiceContext ctx, WatchOptions watch) : ctx_(ctx), watch_(std::move(watch)) {}
+  DecisionService(ServiceContext ctx, WatchOptions watch)
+      : ctx_(ctx), watch_(std::move(watch)), worker_(ctx_, watch_.stall_timeout / 4) {}
 
   grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
@@ -38,6 +39,7 @@ class DecisionService final : public DecisionServiceBase {
  private:
   ServiceContext ctx_;
   WatchOptions watch_;
+  WatchWorker worker_;  // snapshots and stalled watchers
 };
 
 }  // namespace failover::api

@@ -117,6 +117,18 @@ void EventLog::CloseWatchers() {
   for (Watcher* w : watchers_) w->Close();
 }
 
+void EventLog::DropStalled() {
+  std::vector<std::function<void()>> drops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Watcher* w : watchers_) {
+      if (auto drop = w->StalledDrop()) drops.push_back(std::move(drop));
+    }
+  }
+  // Outside the lock: ending a stream can run its OnDone, which unsubscribes.
+  for (auto& drop : drops) drop();
+}
+
 size_t EventLog::watcher_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return watchers_.size();

@@ -41,6 +41,9 @@ class EventLog {
     virtual void Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) = 0;
     // failoverd is shutting down: end the stream.
     virtual void Close() = 0;
+    // If this watcher's write has been stuck too long, what drops it (run
+    // after the log's lock is released); otherwise empty.
+    virtual std::function<void()> StalledDrop() { return {}; }
   };
   // Registers `w`; every event after the returned sequence reaches it.
   // RESOURCE_EXHAUSTED when `max_watchers` are already subscribed, UNAVAILABLE
@@ -51,6 +54,8 @@ class EventLog {
   size_t watcher_count() const;
   // Ends every watcher's stream and refuses new ones (shutdown).
   void CloseWatchers();
+  // Drops the watchers whose writes are stuck (Watcher::StalledDrop).
+  void DropStalled();
 
   // The newest `limit` events that `match` accepts, oldest first.
   std::vector<Event> Recent(size_t limit, const std::function<bool(const Event&)>& match) const;

@@ -55,6 +55,12 @@ Metrics::Metrics(prometheus::Registry& r)
                          .Help("WatchEvents streams that fell behind, lost their queue and got a fresh snapshot.")
                          .Register(r)
                          .Add({})),
+      watchers_dropped_(prometheus::BuildCounter()
+                            .Name("failover_watchers_dropped_total")
+                            .Help("WatchEvents streams dropped because their client stopped reading "
+                                  "(a write stuck past --watch-stall-timeout).")
+                            .Register(r)
+                            .Add({})),
       config_ok_(prometheus::BuildGauge()
                      .Name("failover_config_last_reload_ok")
                      .Help("1 when the last load of the config files was applied, 0 when it was rejected.")

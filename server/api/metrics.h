@@ -60,6 +60,7 @@ class Metrics {
   void SetWatchers(size_t n);
   void SetHealthWatchers(size_t n) { health_watchers_.Set(static_cast<double>(n)); }
   void OnWatchResync() { watch_resyncs_.Increment(); }
+  void OnWatcherDropped() { watchers_dropped_.Increment(); }
   // A load-and-apply of the config files, accepted or rejected.
   void OnConfigReload(bool accepted);
   void SetProbeLeases(size_t n);
@@ -76,6 +77,7 @@ class Metrics {
   prometheus::Gauge& probe_leases_;
   prometheus::Gauge& health_watchers_;
   prometheus::Counter& watch_resyncs_;
+  prometheus::Counter& watchers_dropped_;
   prometheus::Gauge& config_ok_;
   prometheus::Family<prometheus::Counter>& config_reloads_;
   prometheus::Counter& config_accepted_;

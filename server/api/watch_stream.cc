@@ -6,14 +6,16 @@
 #include "server/api/wire.h"
 #include "server/committer/committer.h"
 #include "server/engine/validate.h"
+#include "server/log/log.h"
 
 namespace failover::api {
 
 namespace v1 = ::failover::v1;
 
-void WatchStream::Start(const ServiceContext& ctx, const WatchOptions& options, const v1::WatchEventsRequest& request,
+void WatchStream::Start(const ServiceContext& ctx, const WatchOptions& options, WatchWorker* worker,
+                        grpc::CallbackServerContext* call, const v1::WatchEventsRequest& request,
                         const absl::Status& allowed, WatchStream** out) {
-  auto* stream = new WatchStream(ctx, options, request);
+  auto* stream = new WatchStream(ctx, options, worker, call, request);
   *out = stream;
   if (!allowed.ok()) {
     std::lock_guard<std::mutex> lock(stream->mu_);
@@ -23,9 +25,15 @@ void WatchStream::Start(const ServiceContext& ctx, const WatchOptions& options, 
   stream->Begin(request);
 }
 
-WatchStream::WatchStream(const ServiceContext& ctx, const WatchOptions& options, const v1::WatchEventsRequest& request)
-    : ctx_(ctx), options_(options), chains_(request.chains().begin(), request.chains().end()),
+WatchStream::WatchStream(const ServiceContext& ctx, const WatchOptions& options, WatchWorker* worker,
+                         grpc::CallbackServerContext* call, const v1::WatchEventsRequest& request)
+    : ctx_(ctx), options_(options), worker_(worker), call_(call),
+      chains_(request.chains().begin(), request.chains().end()),
       targets_(request.targets().begin(), request.targets().end()) {}
+
+void WatchStream::Unref() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
 
 void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   for (int i = 0; i < request.chains_size(); ++i) {
@@ -54,11 +62,11 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   }
   const uint64_t last = *subscribed;
   subscribed_ = true;
+  worker_->EnsureRunning();  // its stall checks cover this watcher from now on
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   // The opening: the stored events after the requested sequence, or a snapshot.
-  std::deque<grpc::ByteBuffer> opening;
+  std::deque<Queued> opening;
   absl::Status serialized = absl::OkStatus();
-  auto add = [&](const v1::Event& event) { serialized.Update(SerializeMessage(event, &opening.emplace_back())); };
   bool replayed = false;
   if (request.has_after_sequence() && request.after_sequence() <= last && options_.history) {
     bool complete = false;
@@ -69,18 +77,20 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
         if (e.sequence > last || !Matches(e)) continue;
         v1::Event proto;
         EventToProto(e, &proto);
-        add(proto);
+        Queued& q = opening.emplace_back();
+        q.sequence = e.sequence;
+        serialized.Update(SerializeMessage(proto, &q.wire));
       }
       replayed = true;
     }
   }
-  if (!replayed) add(SnapshotEvent(last, request.has_after_sequence()));
-  if (!serialized.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return FinishLocked(ToGrpcStatus(serialized));
-  }
   std::lock_guard<std::mutex> lock(mu_);
+  if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   last_seen_ = std::max(last_seen_, last);
+  if (!replayed) {
+    RequestSnapshotLocked(request.has_after_sequence());
+    return;
+  }
   // Live events that arrived meanwhile are already queued; the opening goes first.
   queue_.insert(queue_.begin(), std::make_move_iterator(opening.begin()), std::make_move_iterator(opening.end()));
   PumpLocked();
@@ -107,24 +117,51 @@ bool WatchStream::Matches(const Event& e) const {
   return false;
 }
 
-v1::Event WatchStream::SnapshotEvent(uint64_t sequence, bool resync) const {
-  v1::Event out;
-  out.set_sequence(sequence);
-  TimeToProto(ctx_.clock->Now(), out.mutable_time());
-  v1::Snapshot* snap = out.mutable_snapshot();
-  snap->set_resync(resync);
-  snap->set_config_generation(ctx_.engine->generation());
-  const bool all = chains_.empty() && targets_.empty();
-  absl::flat_hash_set<std::string> wanted_targets = targets_;
-  for (const ChainView& c : ctx_.engine->ListChains()) {
-    if (!all && !chains_.contains(c.config.name)) continue;
-    ChainStatusToProto(c.status, snap->add_chains());
-    for (const std::string& t : c.config.targets) wanted_targets.insert(t);
+void WatchStream::RequestSnapshotLocked(bool resync) {
+  awaiting_snapshot_ = true;
+  Ref();
+  SnapshotRequest request;
+  request.chains = chains_;
+  request.targets = targets_;
+  request.resync = resync;
+  request.wanted = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !finished_;
+  };
+  request.done = [this](std::shared_ptr<const SnapshotParts> parts) {
+    SnapshotReady(std::move(parts));
+    Unref();
+  };
+  if (!worker_->Request(std::move(request))) {
+    refs_.fetch_sub(1, std::memory_order_relaxed);  // gRPC's reference is still held
+    awaiting_snapshot_ = false;
+    FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd is shutting down; watch again once it is back"));
   }
-  for (const TargetView& t : ctx_.engine->ListTargets()) {
-    if (all || wanted_targets.contains(t.config.name)) TargetStatusToProto(t.status, snap->add_targets());
+}
+
+void WatchStream::SnapshotReady(std::shared_ptr<const SnapshotParts> parts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  awaiting_snapshot_ = false;
+  if (finished_) return;
+  if (parts == nullptr) {
+    return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     absl::StrCat("failoverd is shutting down; resume after sequence ", last_sent_)));
   }
-  return out;
+  if (!parts->status.ok()) return FinishLocked(ToGrpcStatus(parts->status));
+  // Live events the snapshot already contains are not sent again.
+  while (!queue_.empty() && queue_.front().sequence <= parts->sequence) {
+    queue_bytes_ -= queue_.front().bytes;
+    queue_.pop_front();
+  }
+  for (size_t i = parts->wire.size(); i-- > 0;) {
+    Queued q;
+    q.sequence = parts->sequence;
+    q.wire = parts->wire[i];  // shares the serialized slices with every watcher of this build
+    q.resumable = i + 1 == parts->wire.size();
+    queue_.push_front(std::move(q));
+  }
+  last_seen_ = std::max(last_seen_, parts->sequence);
+  PumpLocked();
 }
 
 void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) {
@@ -134,10 +171,16 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
     const Event& e = events[i];
     last_seen_ = std::max(last_seen_, e.sequence);
     if (resync_ || !Matches(e)) continue;
-    queue_.push_back(wire[i]);  // shares the serialized slices
-    if (queue_.size() > options_.queue_limit) {
-      // Too far behind: drop the queue; a fresh snapshot replaces it.
-      queue_.clear();
+    Queued& q = queue_.emplace_back();
+    q.sequence = e.sequence;
+    q.wire = wire[i];  // shares the serialized slices
+    q.bytes = q.wire.Length();
+    queue_bytes_ += q.bytes;
+    if (queue_.size() > options_.queue_limit || queue_bytes_ > options_.queue_bytes) {
+      // Too far behind: drop the live events; a fresh snapshot replaces them
+      // (snapshot parts already queued stay: they are the watcher's base).
+      while (!queue_.empty() && queue_.back().bytes > 0) queue_.pop_back();
+      queue_bytes_ = 0;
       resync_ = true;
       if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
     }
@@ -146,32 +189,67 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
 }
 
 void WatchStream::PumpLocked() {
-  if (writing_ || finished_) return;
-  if (resync_) {
-    resync_ = false;
-    queue_.clear();
-    const absl::Status serialized = SerializeMessage(SnapshotEvent(last_seen_, /*resync=*/true),
-                                                      &queue_.emplace_back());
-    if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
+  if (writing_ || finished_ || awaiting_snapshot_) return;
+  if (queue_.empty()) {
+    // After what was queued before it (snapshot parts, replays) is sent.
+    if (resync_) {
+      resync_ = false;
+      RequestSnapshotLocked(/*resync=*/true);
+    }
+    return;
   }
-  if (queue_.empty()) return;
-  current_ = std::move(queue_.front());
+  Queued& next = queue_.front();
+  current_ = std::move(next.wire);
+  current_meta_.sequence = next.sequence;
+  current_meta_.resumable = next.resumable;
+  queue_bytes_ -= next.bytes;
   queue_.pop_front();
   writing_ = true;
+  write_started_ = std::chrono::steady_clock::now();
   StartWrite(&current_);
 }
 
 void WatchStream::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   writing_ = false;
+  current_.Clear();
   if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+  if (current_meta_.resumable) last_sent_ = std::max(last_sent_, current_meta_.sequence);
   PumpLocked();
+}
+
+std::function<void()> WatchStream::StalledDrop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_ || dropping_ || !writing_ || options_.stall_timeout <= absl::ZeroDuration()) return {};
+  const auto stuck = std::chrono::steady_clock::now() - write_started_;
+  if (stuck < absl::ToChronoMilliseconds(options_.stall_timeout)) return {};
+  dropping_ = true;
+  Ref();  // held until the drop ran
+  return [this] {
+    uint64_t resume_after = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      resume_after = last_sent_;
+      FinishLocked(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("watcher dropped: it read nothing for ", absl::FormatDuration(options_.stall_timeout),
+                       "; resume after sequence ", resume_after)));
+    }
+    log::Warn("dropped a watcher that stopped reading",
+              {{"peer", call_->peer()}, {"stalled_for", absl::FormatDuration(options_.stall_timeout)},
+               {"resume_after", resume_after}});
+    if (ctx_.metrics != nullptr) ctx_.metrics->OnWatcherDropped();
+    // A client that does not read never receives the status: cancelling the
+    // call is what frees its buffers.
+    call_->TryCancel();
+    Unref();
+  };
 }
 
 void WatchStream::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            absl::StrCat("failoverd is shutting down; resume after sequence ", last_seen_)));
+                            absl::StrCat("failoverd is shutting down; resume after sequence ", last_sent_)));
 }
 
 void WatchStream::OnCancel() {
@@ -183,6 +261,7 @@ void WatchStream::FinishLocked(const grpc::Status& status) {
   if (finished_) return;
   finished_ = true;
   queue_.clear();
+  queue_bytes_ = 0;
   Finish(status);
 }
 
@@ -192,7 +271,7 @@ void WatchStream::OnDone() {
     ctx_.events->Unsubscribe(this);
     if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   }
-  delete this;
+  Unref();
 }
 
 }  // namespace failover::api

@@ -400,6 +400,11 @@ class Engine {
   [[nodiscard]] absl::StatusOr<ChainStatus> GetChainStatus(absl::string_view name) const;
   std::vector<ChainView> ListChains() const;
   std::vector<TargetView> ListTargets() const;
+  // Calls `visit` for each chain (target) whose name sorts after `after`, in
+  // name order, until it returns false; one config snapshot throughout. For
+  // pages and snapshots built without copying the whole state.
+  void VisitChains(absl::string_view after, const std::function<bool(const ChainView&)>& visit) const;
+  void VisitTargets(absl::string_view after, const std::function<bool(const TargetView&)>& visit) const;
 
  private:
   // The single writer (change_writer.h): every state change is made while

@@ -82,18 +82,45 @@ absl::StatusOr<ChainStatus> Engine::GetChainStatus(absl::string_view name) const
 }
 
 std::vector<ChainView> Engine::ListChains() const {
-  std::shared_ptr<const Snapshot> snap = Load();
   std::vector<ChainView> out;
-  for (const ChainEntry& c : snap->chains) out.push_back(ChainView{c.config, StatusOf(*snap, c)});
+  VisitChains("", [&](const ChainView& v) {
+    out.push_back(v);
+    return true;
+  });
   return out;
 }
 
 std::vector<TargetView> Engine::ListTargets() const {
-  std::shared_ptr<const Snapshot> snap = Load();
   std::vector<TargetView> out;
-  for (const TargetEntry& t : snap->targets) out.push_back(TargetView{t.config, StatusOf(*snap, t)});
+  VisitTargets("", [&](const TargetView& v) {
+    out.push_back(v);
+    return true;
+  });
   return out;
 }
 
+namespace {
+// The first entry of a name-sorted vector whose name sorts after `after`.
+template <typename Entries>
+auto FirstAfter(const Entries& entries, absl::string_view after) {
+  if (after.empty()) return entries.begin();
+  return std::upper_bound(entries.begin(), entries.end(), after,
+                          [](absl::string_view name, const auto& e) { return name < e.config.name; });
+}
+}  // namespace
+
+void Engine::VisitChains(absl::string_view after, const std::function<bool(const ChainView&)>& visit) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  for (auto it = FirstAfter(snap->chains, after); it != snap->chains.end(); ++it) {
+    if (!visit(ChainView{it->config, StatusOf(*snap, *it)})) return;
+  }
+}
+
+void Engine::VisitTargets(absl::string_view after, const std::function<bool(const TargetView&)>& visit) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  for (auto it = FirstAfter(snap->targets, after); it != snap->targets.end(); ++it) {
+    if (!visit(TargetView{it->config, StatusOf(*snap, *it)})) return;
+  }
+}
 
 }  // namespace failover

@@ -204,6 +204,26 @@ TEST_F(WatchTest, ASlowWatcherIsResyncedWhileOthersAndDecisionsCarryOn) {
   EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), HasSubstr("failover_watch_resyncs_total 1"));
 }
 
+// The queue is bounded in bytes as well as in events: a few large events
+// resync a slow watcher long before the event bound.
+TEST_F(WatchTest, ASlowWatcherIsResyncedOnceItsQueuedBytesPassTheBound) {
+  StartServer({"--watch-queue", "100000", "--watch-queue-bytes", "2048", "--metrics-listen", "127.0.0.1:0"});
+  TwoChains();
+  Watch slow = Open(v1::WatchEventsRequest());
+  v1::Event opening;
+  ASSERT_TRUE(slow.reader->Read(&opening));
+  // 40 config events of a long-named target each: far past 2 KiB.
+  v1::ApplyRequest burst;
+  for (int i = 0; i < 40; ++i) AddTarget(&burst, "extra-" + std::to_string(i) + "-" + std::string(100, 'x'));
+  ASSERT_TRUE(Apply(burst).ok());
+  auto events = ReadUntil(slow, [](const v1::Event& e) { return e.has_snapshot() && e.snapshot().resync(); });
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().snapshot().resync());
+  EXPECT_LT(events.size(), 40u);  // the queued events were dropped, not all sent
+  EXPECT_GE(events.back().snapshot().targets_size(), 44);
+  EXPECT_THAT(HttpGet(proc_->MetricsPort(), "/metrics"), HasSubstr("failover_watch_resyncs_total 1"));
+}
+
 TEST_F(WatchTest, SigtermEndsWatchStreamsAndExitsCleanly) {
   StartServer();
   TwoChains();

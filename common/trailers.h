@@ -8,4 +8,8 @@ namespace failover {
 // from the transport's (failoverd cannot be reached). Its value is "1".
 inline constexpr char kAnsweredTrailer[] = "failoverd-answered";
 
+// Initial metadata of every WatchEvents stream failoverd accepted (value "1"),
+// sent at once; a refused stream ends with trailers only, without it.
+inline constexpr char kWatchAcceptedHeader[] = "failoverd-watch-accepted";
+
 }  // namespace failover

@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const grpc::ByteBuffer request(&slice, 1);
   failover::fuzz::World world;  // fresh for every input, so a crash reproduces from its input alone
   const uint64_t generation = world.engine.generation();
-  const absl::Status status = method.run(world, request);
+  const absl::Status status = method.run(world, request, nullptr);
   if (!status.ok() && world.engine.generation() != generation) __builtin_trap();
   if (!failover::fuzz::EverythingSentIsValid(world)) __builtin_trap();
   return 0;

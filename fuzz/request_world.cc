@@ -18,20 +18,25 @@ api::ServiceContext Context(World* w) {
 
 template <class Service, class Request, class Response>
 Method Typed(std::string name, Service World::*service, absl::Status (Service::*handler)(const Request&, Response*)) {
-  return Method{std::move(name), [service, handler](World& w, const grpc::ByteBuffer& in) -> absl::Status {
+  return Method{std::move(name),
+                [service, handler](World& w, const grpc::ByteBuffer& in, std::string* serialized) -> absl::Status {
                   Request request;
                   Response response;
                   RETURN_IF_ERROR(api::ParseRequest(in, &request));
                   RETURN_IF_ERROR(((w.*service).*handler)(request, &response));
                   grpc::ByteBuffer out;
-                  return api::SerializeMessage(response, &out);
+                  RETURN_IF_ERROR(api::SerializeMessage(response, &out));
+                  if (serialized != nullptr && !response.SerializeToString(serialized)) {
+                    return absl::InternalError("serialize");
+                  }
+                  return absl::OkStatus();
                 }};
 }
 
 // WatchEvents runs as a stream on a live call; only its request parsing is
 // reachable here.
 Method ParseOnly(std::string name, std::function<google::protobuf::Message*()> make) {
-  return Method{std::move(name), [make](World&, const grpc::ByteBuffer& in) {
+  return Method{std::move(name), [make](World&, const grpc::ByteBuffer& in, std::string*) {
                   std::unique_ptr<google::protobuf::Message> request(make());
                   return api::ParseRequest(in, request.get());
                 }};

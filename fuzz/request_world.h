@@ -30,7 +30,8 @@ struct World {
 
 struct Method {
   std::string name;  // as in the service, e.g. "PickTarget"
-  std::function<absl::Status(World&, const grpc::ByteBuffer&)> run;
+  // `response`, when not null, receives the serialized response.
+  std::function<absl::Status(World&, const grpc::ByteBuffer&, std::string* response)> run;
 };
 
 // Every RPC of both services; a fuzz input's first byte picks one.

@@ -21,6 +21,7 @@
 #include "server/config_reloader.h"
 #include "server/credentials.h"
 #include "server/engine/engine.h"
+#include "server/http/http_server.h"
 #include "server/log/log.h"
 #include "server/ticker.h"
 #include "storage/store.h"
@@ -189,7 +190,22 @@ absl::Status Daemon::Start() {
     serving_ = true;
     SetServingLocked(writes_ok_);
   }
+  if (!flags_.http_listen.empty()) {
+    // The HTTP port calls the gRPC services in-process: the same roles, checks and errors.
+    http::HttpOptions http_options;
+    http_options.listen = flags_.http_listen;
+    http_options.tls_cert = flags_.tls_cert;
+    http_options.tls_key = flags_.tls_key;
+    http_options.tls_client_ca = flags_.tls_client_ca;
+    http_options.max_body = flags_.max_message_bytes;
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(-1);
+    auto http = http::HttpServer::Start(http_options, server_->InProcessChannel(channel_args));
+    if (!http.ok()) return http.status();
+    http_ = std::move(http).value();
+  }
   log::Fields serving{{"listen", flags_.listen}, {"port", port}};
+  if (http_) serving.emplace_back("http_port", http_->port());
   if (exposer_ && !exposer_->GetListeningPorts().empty()) {
     serving.emplace_back("metrics_port", static_cast<int>(exposer_->GetListeningPorts()[0]));
   }
@@ -234,6 +250,7 @@ absl::Status Daemon::Stop() {
       SetServingLocked(false);
     }
     if (events_) events_->CloseWatchers();
+    if (http_) http_->Stop();  // its event streams ended with the watchers
     health_service_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(flags_.shutdown_grace_seconds * 1000)));

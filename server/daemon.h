@@ -1,6 +1,6 @@
 // The failoverd process: owns every part and their lifetimes. Start() brings
 // them up in order (data dir, engine restore, committer, config files,
-// ticker, metrics, gRPC server); Stop() takes them down in reverse, so
+// ticker, metrics, gRPC server, HTTP port); Stop() takes them down in reverse, so
 // nothing runs against a closed store.
 #pragma once
 
@@ -38,6 +38,9 @@ class Metrics;
 class ProcessCollector;
 class StateCollector;
 }  // namespace api
+namespace http {
+class HttpServer;
+}
 
 class Daemon {
  public:
@@ -76,6 +79,7 @@ class Daemon {
   std::unique_ptr<api::AdminService> admin_service_;
   std::unique_ptr<api::HealthService> health_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<http::HttpServer> http_;  // --http-listen; before server_ in teardown order below
 
   std::mutex health_mu_;
   bool writes_ok_ = true;  // guarded by health_mu_

@@ -84,6 +84,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
       ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--http-listen", flags->http_listen,
+                 "Also serve the status page and the JSON API on this host:port (off when empty); same tokens "
+                 "and TLS as the gRPC port");
   app.add_option("--tokens-file", flags->tokens_file,
                  "File of \"decide <token>\" / \"admin <token>\" lines; when set, calls need a bearer token");
   app.add_option("--tls-cert", flags->tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");

@@ -23,6 +23,7 @@ struct Flags {
   size_t watch_queue = 1024;
   size_t watch_queue_bytes = 1 << 20;
   double watch_stall_timeout_seconds = 30;
+  std::string http_listen;  // empty: no HTTP port
   std::string tokens_file;
   std::string tls_cert;
   std::string tls_key;

@@ -30,7 +30,8 @@ pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-for values in "" tls-values.yaml existing-configmap-values.yaml servicemonitor-values.yaml chains-values.yaml; do
+for values in "" tls-values.yaml existing-configmap-values.yaml servicemonitor-values.yaml chains-values.yaml \
+  http-values.yaml; do
   args=()
   [ -n "$values" ] && args=(-f "$chart/ci/$values")
   echo "== ${values:-default values}"
@@ -38,6 +39,13 @@ for values in "" tls-values.yaml existing-configmap-values.yaml servicemonitor-v
   "$helm" template demo "$chart" --namespace ai "${args[@]}" > "$work/rendered.yaml"
   node "$validator/validate.mjs" "$work/rendered.yaml"
 done
+
+echo "== http.enabled renders the port, the flag and the Service port"
+"$helm" template demo "$chart" -f "$chart/ci/http-values.yaml" > "$work/http.yaml"
+grep -q -- "--http-listen=0.0.0.0:8080" "$work/http.yaml" || { echo "no --http-listen"; exit 1; }
+[ "$(grep -c "name: http$" "$work/http.yaml")" -ge 2 ] || { echo "no http port"; exit 1; }
+"$helm" template demo "$chart" > "$work/default.yaml"
+if grep -q -- "--http-listen" "$work/default.yaml"; then echo "http port on by default"; exit 1; fi
 
 echo "== replicaCount 2 must fail"
 if "$helm" template demo "$chart" -f "$chart/ci/replicas2-values.yaml" > /dev/null 2> "$work/err"; then

@@ -114,12 +114,13 @@ absl::Status AdminService::DoProbeNow(const ProbeNowRequest& req, ProbeNowRespon
 
 grpc::ServerUnaryReactor* AdminService::ListEvents(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoListEvents);
+  // Reads of what WatchEvents streams to decide tokens anyway (the status page needs them).
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &AdminService::DoListEvents);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoGetStatus);
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &AdminService::DoGetStatus);
 }
 namespace {
 
@@ -299,9 +300,11 @@ absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEvents
     }
     return false;
   };
-  for (const auto& e : ctx_.events->Recent(req.limit() == 0 ? kDefaultLimit : req.limit(), match)) {
-    EventToProto(e, resp->add_events());
-  }
+  const size_t limit = req.limit() == 0 ? kDefaultLimit : req.limit();
+  const std::vector<failover::Event> events = req.has_after_sequence()
+                                                  ? ctx_.events->After(req.after_sequence(), limit, match)
+                                                  : ctx_.events->Recent(limit, match);
+  for (const auto& e : events) EventToProto(e, resp->add_events());
   return absl::OkStatus();
 }
 

@@ -74,8 +74,9 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) 
   for (const Token& t : *tokens) {
     if (!SameSecret(presented, t.value)) continue;
     if (t.role == Role::kAdmin || t.role == needed) return absl::OkStatus();
-    return absl::PermissionDeniedError("this token may only make decisions (PickTarget, ReportOutcome, Probe, "
-                                       "WatchEvents); admin calls need an admin token");
+    return absl::PermissionDeniedError("this token may only make decisions and read state (PickTarget, "
+                                       "ReportOutcome, Probe, WatchEvents, GetStatus, ListEvents); admin calls need "
+                                       "an admin token");
   }
   return absl::UnauthenticatedError("unknown bearer token");
 }

@@ -95,6 +95,16 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
   return std::vector<Event>(out.rbegin(), out.rend());
 }
 
+std::vector<Event> EventLog::After(uint64_t after, size_t limit,
+                                   const std::function<bool(const Event&)>& match) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  for (auto it = recent_.begin(); it != recent_.end() && out.size() < limit; ++it) {
+    if (it->sequence > after && match(*it)) out.push_back(*it);
+  }
+  return out;
+}
+
 absl::StatusOr<uint64_t> EventLog::Subscribe(Watcher* w, size_t max_watchers) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::UnavailableError("failoverd is shutting down; watch again once it is back");

@@ -1,6 +1,7 @@
 #include "server/api/watch_stream.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/trailers.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
@@ -62,6 +63,11 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   }
   const uint64_t last = *subscribed;
   subscribed_ = true;
+  // Headers now, marked: the client learns the stream was accepted even when
+  // nothing is sent for a while (a resume with no newer events). A refused
+  // stream ends with trailers only, which carry no such mark.
+  call_->AddInitialMetadata(kWatchAcceptedHeader, "1");
+  StartSendInitialMetadata();
   worker_->EnsureRunning();  // its stall checks cover this watcher from now on
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   // The opening: the stored events after the requested sequence, or a snapshot.

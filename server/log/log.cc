@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_string.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -23,31 +24,6 @@ const char* LevelName(Level l) {
     case Level::kError: return "error";
   }
   return "info";
-}
-
-std::string JsonEscape(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out.push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
 }
 
 }  // namespace
@@ -75,9 +51,9 @@ void Write(Level level, absl::string_view message, const Fields& fields) {
   std::string line;
   if (g_json.load()) {
     line = absl::StrCat("{\"time\":\"", ts, "\",\"level\":\"", LevelName(level),
-                        "\",\"msg\":", JsonEscape(message));
+                        "\",\"msg\":", JsonString(message));
     for (const Field& f : fields) {
-      absl::StrAppend(&line, ",", JsonEscape(f.key), ":", f.number ? f.value : JsonEscape(f.value));
+      absl::StrAppend(&line, ",", JsonString(f.key), ":", f.number ? f.value : JsonString(f.value));
     }
     line += "}\n";
   } else {

@@ -1,0 +1,143 @@
+// The status page in a real browser (Debian's chromium, headless, driven by
+// puppeteer-core) against the real failoverd and failoverctl:
+//   - the page asks for a token (a tokens file is set), then lists the chains;
+//   - a trip reported over gRPC shows within a second, without a reload;
+//   - a pin made on the page is refused with a decide token and takes effect
+//     with an admin token (checked over gRPC);
+//   - after a reload the event list has no gaps, even for events made while
+//     the page was away.
+// Saves a screenshot of the page.
+// usage: node status_page_test.js FAILOVERD FAILOVERCTL SCREENSHOT.png
+'use strict';
+const {spawn, execFileSync} = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const puppeteer = require('puppeteer-core');
+
+const [failoverd, failoverctl, screenshot] = process.argv.slice(2);
+const ADMIN = 'admin-secret-for-the-page';
+const DECIDE = 'decide-secret-for-the-page';
+
+function fail(message) {
+  throw new Error(message);
+}
+
+async function startFailoverd(dir) {
+  fs.writeFileSync(path.join(dir, 'tokens'), `admin ${ADMIN}\ndecide ${DECIDE}\n`);
+  const child = spawn(failoverd, ['--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0',
+                                  '--port-file', path.join(dir, 'port'), '--http-listen', '127.0.0.1:0',
+                                  '--metrics-listen', '', '--tokens-file', path.join(dir, 'tokens')],
+                      {stdio: ['ignore', 'ignore', 'pipe']});
+  let log = '';
+  child.stderr.on('data', (d) => { log += d; });
+  const deadline = Date.now() + 20000;
+  while (!/http_port=(\d+)/.test(log)) {
+    if (Date.now() > deadline || child.exitCode !== null) fail('failoverd did not start: ' + log);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const grpcPort = Number(/ port=(\d+)/.exec(log)[1]);
+  const httpPort = Number(/http_port=(\d+)/.exec(log)[1]);
+  return {child, grpc: `127.0.0.1:${grpcPort}`, http: `http://127.0.0.1:${httpPort}`, log: () => log};
+}
+
+function ctl(server, token, ...args) {
+  return execFileSync(failoverctl, ['--server', server, '--token', token, ...args], {encoding: 'utf8'});
+}
+
+async function main() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-page-'));
+  const server = await startFailoverd(dir);
+  let browser;
+  try {
+    fs.writeFileSync(path.join(dir, 'chains.yaml'),
+        'targets:\n  - name: argus-llm\n  - name: gemma-local\n    kind: local\n  - name: openrouter\n' +
+        'chains:\n  - name: assistant-llm\n    targets: [argus-llm, gemma-local]\n' +
+        '  - name: batch-llm\n    targets: [openrouter, gemma-local]\n');
+    ctl(server.grpc, ADMIN, 'apply', '-f', path.join(dir, 'chains.yaml'));
+
+    browser = await puppeteer.launch({executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+                                      headless: 'new', args: ['--no-sandbox', '--disable-gpu']});
+    const page = await browser.newPage();
+    await page.setViewport({width: 1100, height: 900});
+    const problems = [];
+    page.on('pageerror', (e) => problems.push(String(e)));
+    await page.goto(server.http, {waitUntil: 'load'});
+
+    // Tokens are configured: nothing shows until one is entered.
+    await page.waitForFunction(() => document.getElementById('connection').textContent === 'token needed',
+                               {timeout: 10000});
+    if (await page.$$eval('#chains tbody tr', (rows) => rows.length) !== 0) fail('state shown without a token');
+    await page.type('#token', DECIDE);
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.querySelectorAll('#chains tbody tr').length === 2 &&
+                               document.getElementById('connection').textContent === 'live', {timeout: 10000});
+    console.log('ok   the page lists the chains once a decide token is entered');
+
+    // A trip reported over gRPC shows within a second, without a reload.
+    ctl(server.grpc, DECIDE, 'report', '--chain', 'assistant-llm', '--target', 'argus-llm', '--status', '503',
+        '--message', 'overloaded');
+    await page.waitForFunction(() => {
+      const row = document.querySelector('#chains tr[data-chain="assistant-llm"]');
+      const target = document.querySelector('#targets tr[data-target="argus-llm"]');
+      return row && row.children[2].textContent === 'gemma-local' && row.children[1].textContent === 'fallback' &&
+          target && target.children[1].textContent === 'down' && target.children[3].textContent.includes('overloaded');
+    }, {timeout: 1000});
+    console.log('ok   a trip reported over gRPC shows within a second');
+
+    // A pin from the page: refused with the decide token, done with an admin token.
+    const pin = async () => {
+      await page.select('#chains tr[data-chain="batch-llm"] select', 'gemma-local');
+      await page.click('#chains tr[data-chain="batch-llm"] button[data-key="pin:batch-llm"]');
+    };
+    await pin();
+    await page.waitForFunction(() => document.getElementById('message').textContent.includes('admin token'),
+                               {timeout: 5000});
+    let chain = JSON.parse(ctl(server.grpc, ADMIN, '-o', 'json', 'get', 'chain', 'batch-llm'));
+    if (chain.status.pinned_target) fail('a decide token pinned the chain');
+    console.log('ok   a pin with a decide token is refused');
+    await page.type('#token', ADMIN);
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.getElementById('connection').textContent === 'live', {timeout: 10000});
+    await pin();
+    await page.waitForFunction(() => {
+      const row = document.querySelector('#chains tr[data-chain="batch-llm"]');
+      return row && row.children[1].textContent === 'pinned';
+    }, {timeout: 5000});
+    chain = JSON.parse(ctl(server.grpc, ADMIN, '-o', 'json', 'get', 'chain', 'batch-llm'));
+    if (chain.status.pinned_target !== 'gemma-local') fail('the pin did not take effect: ' + JSON.stringify(chain));
+    console.log('ok   a pin with an admin token takes effect');
+    await page.screenshot({path: screenshot, fullPage: true});
+
+    // Reload; change things while the page is away and after it is back.
+    await page.reload({waitUntil: 'load'});
+    ctl(server.grpc, ADMIN, 'unpin', 'batch-llm');
+    await page.type('#token', DECIDE);
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.getElementById('connection').textContent === 'live', {timeout: 10000});
+    ctl(server.grpc, ADMIN, 'failover', 'trigger', 'openrouter', '--reason', 'provider maintenance');
+    const latest = JSON.parse(ctl(server.grpc, ADMIN, '-o', 'json', 'events', '--limit', '1')).events[0];
+    await page.waitForFunction((want) => {
+      const first = document.querySelector('#events li');
+      return first && first.getAttribute('data-sequence') === want;
+    }, {timeout: 5000}, String(latest.sequence));
+    const listed = await page.$$eval('#events li', (items) => items.map((li) => Number(li.getAttribute('data-sequence'))));
+    for (let i = 1; i < listed.length; ++i) {
+      if (listed[i] !== listed[i - 1] - 1) fail(`the event list has a gap: ${listed.join(', ')}`);
+    }
+    const text = await page.$eval('#events', (ol) => ol.textContent);
+    if (!text.includes('unpin') || !text.includes('provider maintenance')) fail('events missing after reload: ' + text);
+    console.log(`ok   after a reload the event list runs without gaps (#${listed[listed.length - 1]}..#${listed[0]})`);
+    if (problems.length) fail('the page threw: ' + problems.join('; '));
+    console.log('screenshot: ' + screenshot);
+  } finally {
+    if (browser) await browser.close();
+    server.child.kill('SIGTERM');
+    fs.rmSync(dir, {recursive: true, force: true});
+  }
+}
+
+main().catch((e) => {
+  console.error('FAIL ' + e.message);
+  process.exit(1);
+});

@@ -133,6 +133,25 @@ call "page script" 200 'Server-Sent Events' "$base/app.js"
 call "delete chain" 200 '{' "${admin[@]}" -X DELETE "$base/v1/admin/chains/ch"
 call "delete missing target" 404 '"status":"NOT_FOUND"' "${admin[@]}" -X DELETE "$base/v1/admin/targets/zzz"
 
+# TLS with the gRPC port's certificate flags.
+kill "$pid"; wait "$pid" 2> /dev/null || true; pid=""
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" -days 1 \
+  -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" 2> /dev/null
+"$FAILOVERD" --data-dir "$work/data-tls" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --metrics-listen "" \
+  --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" 2> "$work/log-tls" &
+pid=$!
+for _ in $(seq 1 200); do
+  grep -q "http_port=" "$work/log-tls" && break
+  sleep 0.05
+done
+tls_port="$(grep -o 'http_port=[0-9]*' "$work/log-tls" | head -1 | cut -d= -f2)"
+call "status over TLS" 200 '"version"' --cacert "$work/cert.pem" "https://127.0.0.1:$tls_port/v1/status"
+if curl -s -o /dev/null --max-time 3 "http://127.0.0.1:$tls_port/v1/status"; then
+  echo "FAIL plain HTTP was answered on the TLS port"; failures=$((failures + 1))
+else
+  echo "ok   plain HTTP is not answered on the TLS port"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failed; failoverd's log:"; tail -20 "$work/log"
   exit 1

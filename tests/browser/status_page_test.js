@@ -5,7 +5,8 @@
 //   - a pin made on the page is refused with a decide token and takes effect
 //     with an admin token (checked over gRPC);
 //   - after a reload the event list has no gaps, even for events made while
-//     the page was away.
+//     the page was away;
+//   - the chain filter works and the page fits a phone's width.
 // Saves a screenshot of the page.
 // usage: node status_page_test.js FAILOVERD FAILOVERCTL SCREENSHOT.png
 'use strict';
@@ -74,6 +75,15 @@ async function main() {
                                document.getElementById('connection').textContent === 'live', {timeout: 10000});
     console.log('ok   the page lists the chains once a decide token is entered');
 
+    // The filter narrows the chains (and the targets to theirs).
+    await page.type('#filter', 'batch');
+    await page.waitForFunction(() => document.querySelectorAll('#chains tbody tr').length === 1 &&
+                               !document.querySelector('#targets tr[data-target="argus-llm"]'), {timeout: 2000});
+    await page.click('#filter', {clickCount: 3});
+    await page.keyboard.press('Backspace');
+    await page.waitForFunction(() => document.querySelectorAll('#chains tbody tr').length === 2, {timeout: 2000});
+    console.log('ok   the filter narrows the chains and their targets');
+
     // A trip reported over gRPC shows within a second, without a reload.
     ctl(server.grpc, DECIDE, 'report', '--chain', 'assistant-llm', '--target', 'argus-llm', '--status', '503',
         '--message', 'overloaded');
@@ -128,6 +138,11 @@ async function main() {
     const text = await page.$eval('#events', (ol) => ol.textContent);
     if (!text.includes('unpin') || !text.includes('provider maintenance')) fail('events missing after reload: ' + text);
     console.log(`ok   after a reload the event list runs without gaps (#${listed[listed.length - 1]}..#${listed[0]})`);
+    // On a phone the page scrolls down, not sideways (wide tables scroll in their own box).
+    await page.setViewport({width: 390, height: 844, isMobile: true});
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    if (overflow > 0) fail(`the page is ${overflow}px wider than a phone`);
+    console.log('ok   the page fits a phone\'s width');
     if (problems.length) fail('the page threw: ' + problems.join('; '));
     console.log('screenshot: ' + screenshot);
   } finally {

@@ -43,6 +43,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   app.add_option("--config", flags->config,
                  "Config file or directory of *.yaml files declaring targets and chains; applied at start and "
                  "reloaded on SIGHUP or when the files change");
+  app.add_option("--check-config", flags->check_config,
+                 "Check the config files at this path (file or directory) as --config would load them, print the "
+                 "result and exit: 0 valid, 1 not. Needs no data dir and changes nothing");
   app.add_option("--config-poll", flags->config_poll_seconds,
                  "Seconds (or a duration: 500ms) between checks of the config files for changes; 0 = only on "
                  "SIGHUP")

@@ -12,6 +12,7 @@ struct Flags {
   std::string listen = "127.0.0.1:50051";
   std::string data_dir = "./data";
   std::string config;
+  std::string check_config;  // set: check these config files offline and exit
   double config_poll_seconds = 2;
   std::string metrics_listen = "127.0.0.1:9464";
   std::string log_level = "info";

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "grpc/support/log.h"
 #include "server/accept_guard.h"
 #include "server/api/release_memory.h"
+#include "server/config/check.h"
 #include "server/daemon.h"
 #include "server/flags.h"
 #include "server/log/log.h"
@@ -58,6 +60,19 @@ void RaiseDescriptorLimit(const failover::Flags& flags) {
   }
 }
 
+// --check-config: the offline check, for CI and for an init container that
+// fails the rollout instead of the running pod.
+int CheckConfig(const std::string& path) {
+  const absl::StatusOr<failover::config::CheckSummary> checked = failover::config::CheckConfigPath(path);
+  if (!checked.ok()) {
+    std::fprintf(stderr, "failoverd: %s: invalid: %s\n", path.c_str(), std::string(checked.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s: valid (%zu files, %zu targets, %zu chains)\n", path.c_str(), checked->files, checked->targets,
+              checked->chains);
+  return 0;
+}
+
 sigset_t HandledSignals() {
   sigset_t set;
   sigemptyset(&set);
@@ -72,6 +87,8 @@ sigset_t HandledSignals() {
 int main(int argc, char** argv) {
   failover::Flags flags;
   if (std::optional<int> exit_code = failover::ParseFlags(argc, argv, &flags)) return *exit_code;
+
+  if (!flags.check_config.empty()) return CheckConfig(flags.check_config);
 
   log::Level level = log::Level::kInfo;
   log::ParseLevel(flags.log_level, &level);

@@ -80,7 +80,15 @@ Metrics::Metrics(prometheus::Registry& r)
                   .Name("failover_hedges_total")
                   .Help("Hedged attempts reported: started beside a slow first attempt.")
                   .Register(r)
-                  .Add({})) {
+                  .Add({})),
+      rpcs_(prometheus::BuildCounter()
+                .Name("failover_grpc_requests_total")
+                .Help("Unary gRPC calls answered, by method and status code (the HTTP port's calls included).")
+                .Register(r)),
+      rpc_seconds_(prometheus::BuildHistogram()
+                       .Name("failover_grpc_request_duration_seconds")
+                       .Help("Time to answer a unary gRPC call, by method.")
+                       .Register(r)) {
   // Every verdict and reason up front (64 series): counted without a lock.
   auto& verdicts = prometheus::BuildCounter()
                        .Name("failover_verdicts_total")
@@ -264,6 +272,38 @@ void Metrics::OnEvents(const Events& events) {
 void Metrics::OnConfigReload(bool accepted) {
   config_ok_.Set(accepted ? 1 : 0);
   (accepted ? config_accepted_ : config_rejected_).Increment();
+}
+
+namespace {
+const char* GrpcCodeName(int code) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code < 17 ? kNames[code] : "UNKNOWN";
+}
+}  // namespace
+
+void Metrics::OnRpc(const std::string& method, int code, absl::Duration latency) {
+  if (code < 0 || code > 16) code = 2;  // UNKNOWN
+  prometheus::Histogram* seconds = nullptr;
+  prometheus::Counter* counter = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(rpc_mu_);
+    RpcSeries& series = rpc_[method];
+    if (series.seconds == nullptr) {
+      static const prometheus::Histogram::BucketBoundaries kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                                       0.01,   0.025,   0.05,   0.1,   0.25,   1};
+      series.seconds = &rpc_seconds_.Add({{"method", method}}, kBuckets);
+    }
+    if (series.by_code[code] == nullptr) {
+      series.by_code[code] = &rpcs_.Add({{"method", method}, {"code", GrpcCodeName(code)}});
+    }
+    seconds = series.seconds;
+    counter = series.by_code[code];
+  }
+  counter->Increment();
+  seconds->Observe(absl::ToDoubleSeconds(latency));
 }
 
 void Metrics::OnRetryBudgetRefusal(const std::string& chain) {

@@ -64,6 +64,9 @@ class Metrics {
   // A load-and-apply of the config files, accepted or rejected.
   void OnConfigReload(bool accepted);
   void SetProbeLeases(size_t n);
+  // One answered unary RPC: counted by method and gRPC code, timed by method.
+  // `method` is one of the services' own (a fixed set).
+  void OnRpc(const std::string& method, int code, absl::Duration latency);
 
  private:
   void Forget(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -84,6 +87,14 @@ class Metrics {
   prometheus::Counter& config_rejected_;
   prometheus::Family<prometheus::Histogram>& upstream_latency_;
   prometheus::Counter& hedges_;
+  prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Histogram>& rpc_seconds_;
+  struct RpcSeries {
+    prometheus::Histogram* seconds = nullptr;
+    std::array<prometheus::Counter*, 17> by_code{};  // gRPC codes 0..16, created on first use
+  };
+  std::mutex rpc_mu_;
+  absl::flat_hash_map<std::string, RpcSeries> rpc_ ABSL_GUARDED_BY(rpc_mu_);
   static constexpr int kVerdicts = static_cast<int>(Verdict::kFail) + 1;
   std::array<std::array<prometheus::Counter*, kReasonCount>, kVerdicts> verdicts_{};
 

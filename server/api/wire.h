@@ -4,9 +4,11 @@
 // before the bytes are looked at.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/trailers.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/grpcpp.h"
@@ -28,6 +30,7 @@ template <class Service, class Request, class Response>
 grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, grpc::CallbackServerContext* call,
                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Service* service,
                                      absl::Status (Service::*handler)(const Request&, Response*)) {
+  const auto started = std::chrono::steady_clock::now();
   Request request;
   Response response;
   absl::Status status = context.Authorize(*call, role);
@@ -36,6 +39,14 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
   if (status.ok()) status = SerializeMessage(response, out);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
+  if (context.metrics != nullptr) {
+    // "PinChainRequest" -> "PinChain": every request type is its method's name + "Request".
+    static const std::string method = [] {
+      std::string name = Request::descriptor()->name();
+      return name.substr(0, name.size() - std::string("Request").size());
+    }();
+    context.metrics->OnRpc(method, static_cast<int>(status.code()), absl::FromChrono(std::chrono::steady_clock::now() - started));
+  }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }

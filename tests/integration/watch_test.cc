@@ -295,6 +295,18 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
   EXPECT_THAT(text, ::testing::ContainsRegex("process_resident_memory_bytes [1-9]"));
   EXPECT_THAT(text, ::testing::ContainsRegex("process_start_time_seconds [1-9]"));
   EXPECT_THAT(text, HasSubstr("failover_watch_resyncs_total 0"));
+  // Every unary call by method and code, and timed.
+  EXPECT_THAT(text, HasSubstr("failover_grpc_requests_total{code=\"OK\",method=\"Apply\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_grpc_requests_total{code=\"OK\",method=\"PickTarget\"} 1"));
+  EXPECT_THAT(text, HasSubstr("failover_grpc_request_duration_seconds_count{method=\"ReportOutcome\"} 1"));
+  v1::PickTargetRequest unknown;
+  unknown.set_chain("no-such-chain");
+  v1::PickTargetResponse ignored;
+  EXPECT_FALSE(decide_->PickTarget(Ctx().get(), unknown, &ignored).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return HttpGet(port, "/metrics").find("failover_grpc_requests_total{code=\"NOT_FOUND\",method=\"PickTarget\"} 1") !=
+           std::string::npos;
+  }));
   // b trips too: chain one goes DEGRADED on the same target, a change of
   // state but not of target, which is not a switch.
   Report(Pick("one").decision_id(), "b", 500, "boom");

@@ -443,6 +443,7 @@ int Pick(Ctl& ctl, const std::string& chain, uint64_t body_bytes, const std::vec
 
 struct ReportFlags {
   std::string decision, chain, target, message, error_code, transport, phase = "before_response", body;
+  std::string latency;  // "850ms"
   std::vector<std::string> headers;  // "Name: value"
   uint32_t attempt = 1, http_status = 0;
   int grpc_code = 0;
@@ -456,6 +457,15 @@ int Report(Ctl& ctl, const ReportFlags& f) {
   req.set_chain(f.chain);
   req.set_target(f.target);
   req.set_attempt(f.attempt);
+  if (!f.latency.empty()) {
+    absl::Duration latency;
+    if (!absl::ParseDuration(f.latency, &latency) || latency < absl::ZeroDuration() ||
+        latency == absl::InfiniteDuration()) {
+      return Usage(absl::StrCat("--latency: expected a duration such as \"850ms\", got \"", f.latency, "\""));
+    }
+    req.mutable_latency()->set_seconds(absl::IDivDuration(latency, absl::Seconds(1), &latency));
+    req.mutable_latency()->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(latency)));
+  }
   if (f.success) {
     req.mutable_success();
   } else {
@@ -632,6 +642,7 @@ int main(int argc, char** argv) {
   report->add_option("--grpc-code", rf.grpc_code, "gRPC code of the failure (1..16)");
   report->add_option("--transport", rf.transport, "connect_refused, dns, reset, tls or timeout");
   report->add_option("--message", rf.message, "Upstream error message");
+  report->add_option("--latency", rf.latency, "How long the attempt took, as a duration (\"850ms\")");
   report->add_option("--error-code", rf.error_code, "Upstream error code");
   report->add_option("--retry-after", rf.retry_after, "Seconds from Retry-After");
   report->add_option("--phase", rf.phase, "before_response, after_first_byte or after_side_effect")->capture_default_str();

@@ -30,15 +30,96 @@ pid=""
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
+# A cluster with the Prometheus Operator's CRDs.
+crds=(--api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule)
 for values in "" tls-values.yaml existing-configmap-values.yaml servicemonitor-values.yaml chains-values.yaml \
-  http-values.yaml; do
+  http-values.yaml observability-values.yaml hardened-values.yaml; do
   args=()
   [ -n "$values" ] && args=(-f "$chart/ci/$values")
   echo "== ${values:-default values}"
   "$helm" lint "$chart" "${args[@]}"
-  "$helm" template demo "$chart" --namespace ai "${args[@]}" > "$work/rendered.yaml"
+  "$helm" template demo "$chart" --namespace ai "${crds[@]}" "${args[@]}" > "$work/rendered.yaml"
   node "$validator/validate.mjs" "$work/rendered.yaml"
 done
+
+promtool="$tools/promtool/usr/bin/promtool"
+if [ ! -x "$promtool" ]; then
+  # Debian's prometheus package, unpacked (no service is installed or started).
+  mkdir -p "$tools/promtool"
+  (cd "$tools/promtool" &&
+    { apt-get download prometheus > /dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } &&
+    dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb)
+fi
+"$promtool" --version | head -1
+
+echo "== the chart README documents every value"
+node -e '
+  const yaml = require(process.argv[1] + "/node_modules/js-yaml");
+  const fs = require("fs");
+  const values = yaml.load(fs.readFileSync(process.argv[2] + "/values.yaml", "utf8"));
+  const readme = fs.readFileSync(process.argv[2] + "/README.md", "utf8");
+  const leaves = [];
+  (function walk(o, path) {
+    for (const [k, v] of Object.entries(o)) {
+      const p = path ? path + "." + k : k;
+      const nested = v && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length &&
+          !["resources", "podSecurityContext", "securityContext", "labels"].includes(k) && !path.startsWith("probes");
+      if (nested) walk(v, p); else leaves.push(p);
+    }
+  })(values, "");
+  const missing = leaves.filter((p) => !readme.includes("`" + p + "`"));
+  if (missing.length) { console.error("values missing from helm/failoverd/README.md: " + missing.join(", ")); process.exit(1); }
+  console.log(leaves.length + " values documented");
+' "$validator" "$chart"
+
+echo "== typos in values fail the schema"
+for typo in 'resouces: {}' $'metrics:\n  servicemonitor: {enabled: true}' $'probes:\n  liveness: {period: 5}'; do
+  printf '%s\n' "$typo" > "$work/typo.yaml"
+  if "$helm" template demo "$chart" -f "$work/typo.yaml" > /dev/null 2> "$work/err"; then
+    echo "rendered with a typo: $typo"; exit 1
+  fi
+  grep -q "additional properties" "$work/err" || { cat "$work/err"; exit 1; }
+done
+
+echo "== defaults: a config check before the server, no ServiceAccount token, no optional objects"
+"$helm" template demo "$chart" > "$work/default.yaml"
+grep -q -- "--check-config=/etc/failoverd/config" "$work/default.yaml" || { echo "no config check"; exit 1; }
+[ "$(grep -c "automountServiceAccountToken: false" "$work/default.yaml")" -eq 2 ] ||
+  { echo "a ServiceAccount token is mounted"; exit 1; }
+for kind in NetworkPolicy Deployment PrometheusRule ServiceMonitor; do
+  if grep -q "^kind: $kind" "$work/default.yaml"; then echo "$kind rendered by default"; exit 1; fi
+done
+printf 'checkConfig: {enabled: false}\n' > "$work/nocheck.yaml"
+"$helm" template demo "$chart" -f "$work/nocheck.yaml" > "$work/nocheck-rendered.yaml"
+if grep -q -- "--check-config" "$work/nocheck-rendered.yaml"; then echo "config check not switched off"; exit 1; fi
+
+echo "== monitoring objects need their CRDs"
+"$helm" template demo "$chart" -f "$chart/ci/observability-values.yaml" > "$work/no-crds.yaml"
+if grep -q "^kind: \(ServiceMonitor\|PrometheusRule\)" "$work/no-crds.yaml"; then
+  echo "rendered monitoring objects for a cluster without their CRDs"; exit 1
+fi
+grep -q "failoverd-dashboard" "$work/no-crds.yaml" || { echo "no dashboard ConfigMap"; exit 1; }
+
+echo "== hardened values render what they ask for"
+"$helm" template demo "$chart" -f "$chart/ci/hardened-values.yaml" > "$work/hardened.yaml"
+grep -q "^kind: NetworkPolicy" "$work/hardened.yaml" && grep -q "app: llm-gateway" "$work/hardened.yaml" ||
+  { echo "no NetworkPolicy"; exit 1; }
+grep -q "probe-agent" "$work/hardened.yaml" && grep -q "OPENROUTER_API_KEY" "$work/hardened.yaml" ||
+  { echo "no probe agent"; exit 1; }
+grep -q "claimName: failoverd-data" "$work/hardened.yaml" || { echo "existingClaim not used"; exit 1; }
+if grep -q "volumeClaimTemplates" "$work/hardened.yaml"; then echo "claim template beside existingClaim"; exit 1; fi
+grep -q "periodSeconds: 20" "$work/hardened.yaml" || { echo "probe timings ignored"; exit 1; }
+grep -q "mountPath: /etc/ssl/corporate" "$work/hardened.yaml" || { echo "extra mounts ignored"; exit 1; }
+
+echo "== the alert rules pass promtool"
+"$helm" template demo "$chart" "${crds[@]}" -f "$chart/ci/observability-values.yaml" \
+  --show-only templates/prometheusrule.yaml > "$work/rule.yaml"
+node -e '
+  const yaml = require(process.argv[1] + "/node_modules/js-yaml");
+  const rule = yaml.load(require("fs").readFileSync(process.argv[2], "utf8"));
+  require("fs").writeFileSync(process.argv[3], yaml.dump({groups: rule.spec.groups}));
+' "$validator" "$work/rule.yaml" "$work/rules.yaml"
+"$promtool" check rules "$work/rules.yaml"
 
 echo "== http.enabled renders the port, the flag and the Service port"
 "$helm" template demo "$chart" -f "$chart/ci/http-values.yaml" > "$work/http.yaml"
@@ -69,11 +150,35 @@ node -e '
   const cm = yaml.load(require("fs").readFileSync(process.argv[2], "utf8"));
   require("fs").writeFileSync(process.argv[3], cm.data["failoverd.yaml"]);
 ' "$validator" "$work/cm.yaml" "$work/config/failoverd.yaml"
-"$failoverd" --listen 127.0.0.1:0 --port-file "$work/port" --data-dir "$work/data" --metrics-listen "" \
+"$failoverd" --check-config "$work/config"
+"$failoverd" --listen 127.0.0.1:0 --port-file "$work/port" --data-dir "$work/data" --metrics-listen 127.0.0.1:0 \
   --config "$work/config" 2> "$work/failoverd.log" &
 pid=$!
 for _ in $(seq 1 200); do [ -s "$work/port" ] && break; sleep 0.05; done
 [ -s "$work/port" ] || { cat "$work/failoverd.log"; exit 1; }
-"$failoverctl" --server "127.0.0.1:$(cat "$work/port")" get chains | tee "$work/chains"
+ctl=("$failoverctl" --server "127.0.0.1:$(cat "$work/port")")
+"${ctl[@]}" get chains | tee "$work/chains"
 grep -q "assistant-llm" "$work/chains"
+
+echo "== the init container's check refuses a bad value"
+sed 's/min_dwell: 60s/min_dwell: soon/' "$work/config/failoverd.yaml" > "$work/bad.yaml"
+if "$failoverd" --check-config "$work/bad.yaml" 2> "$work/err"; then echo "a bad config passed the check"; exit 1; fi
+grep -q 'min_dwell' "$work/err" || { cat "$work/err"; exit 1; }
+cat "$work/err"
+
+echo "== a real scrape passes promtool, and the dashboard and rules name only metrics it has"
+chain="$(awk 'NR==2 {print $1}' "$work/chains")"
+target="$("${ctl[@]}" -o json get chain "$chain" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).config.targets[0]))')"
+"${ctl[@]}" pick "$chain" > /dev/null
+"${ctl[@]}" report --chain "$chain" --target "$target" --status 503 > /dev/null
+"${ctl[@]}" report --chain "$chain" --target "$target" --success --latency 120ms > /dev/null
+metrics_port="$(grep -o 'metrics_port=[0-9]*' "$work/failoverd.log" | cut -d= -f2)"
+curl -s "http://127.0.0.1:$metrics_port/metrics" > "$work/scrape.txt"
+"$promtool" check metrics < "$work/scrape.txt"
+grep -o '^# TYPE [a-z_]*' "$work/scrape.txt" | awk '{print $3}' | sort -u > "$work/exposed"
+grep -oh '\b\(failover\|process\)_[a-z_]*' "$chart/dashboards/failoverd.json" "$work/rules.yaml" |
+  sed 's/_\(bucket\|count\|sum\)$//' | sort -u > "$work/named"
+missing="$(comm -23 "$work/named" "$work/exposed")"
+[ -z "$missing" ] || { echo "named but not exposed: $missing"; exit 1; }
+echo "dashboard and rules name $(wc -l < "$work/named") metrics, all exposed"
 echo "chart OK"

@@ -10,6 +10,11 @@ const MODELS = {
   'v1/Pod': ['kubernetes-models/v1/Pod', 'Pod'],
   'apps/v1/StatefulSet': ['kubernetes-models/apps/v1/StatefulSet', 'StatefulSet'],
   'policy/v1/PodDisruptionBudget': ['kubernetes-models/policy/v1/PodDisruptionBudget', 'PodDisruptionBudget'],
+  'v1/ServiceAccount': ['kubernetes-models/v1/ServiceAccount', 'ServiceAccount'],
+  'apps/v1/Deployment': ['kubernetes-models/apps/v1/Deployment', 'Deployment'],
+  'networking.k8s.io/v1/NetworkPolicy': ['kubernetes-models/networking.k8s.io/v1/NetworkPolicy', 'NetworkPolicy'],
+  'monitoring.coreos.com/v1/PrometheusRule':
+      ['@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule', 'PrometheusRule'],
   'monitoring.coreos.com/v1/ServiceMonitor':
       ['@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor', 'ServiceMonitor'],
 };

@@ -64,3 +64,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "failoverd.localCtlArgs" . }}
 - health
 {{- end }}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "failoverd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "failoverd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}

@@ -100,8 +100,7 @@ std::string Health(v1::HealthState h) { return Lower(v1::HealthState_Name(h), "H
 std::string State(v1::ChainState s) { return Lower(v1::ChainState_Name(s), "CHAIN_STATE_"); }
 
 // One line per event, as in failoverd's log.
-// `snapshot_chains` / `snapshot_targets`: the totals of a snapshot sent in parts.
-std::string DescribeEvent(const v1::Event& e, int64_t snapshot_chains = -1, int64_t snapshot_targets = -1) {
+std::string DescribeWhat(const v1::Event& e, int64_t snapshot_chains, int64_t snapshot_targets) {
   const std::string head = absl::StrCat(e.sequence(), "  ");
   if (e.has_chain_switched()) {
     const auto& s = e.chain_switched();
@@ -128,6 +127,14 @@ std::string DescribeEvent(const v1::Event& e, int64_t snapshot_chains = -1, int6
                         snapshot_targets >= 0 ? snapshot_targets : e.snapshot().targets_size(), " targets");
   }
   return head + "event";
+}
+
+// One line per event, as in failoverd's log, with who caused it.
+// `snapshot_chains` / `snapshot_targets`: the totals of a snapshot sent in parts.
+std::string DescribeEvent(const v1::Event& e, int64_t snapshot_chains = -1, int64_t snapshot_targets = -1) {
+  std::string line = DescribeWhat(e, snapshot_chains, snapshot_targets);
+  if (!e.actor().empty()) absl::StrAppend(&line, " by ", e.actor());
+  return line;
 }
 
 absl::Time Now() { return absl::Now(); }

@@ -213,6 +213,10 @@ struct Event {
   EventKind kind = EventKind::kTargetState;
   absl::Time time;
   uint64_t sequence = 0;  // stamped by the engine's single writer (DESIGN 2)
+  // Who caused it, for events of admin calls: the token's name, the client
+  // certificate's subject or the caller's address. Empty for failoverd's own
+  // decisions and for config files.
+  std::string actor;
 
   // kChainSwitched
   std::string chain;

@@ -12,4 +12,8 @@ inline constexpr char kAnsweredTrailer[] = "failoverd-answered";
 // sent at once; a refused stream ends with trailers only, without it.
 inline constexpr char kWatchAcceptedHeader[] = "failoverd-watch-accepted";
 
+// Added by the HTTP port to the calls it makes in-process: the HTTP client's
+// address, recorded on admin events. Trusted only on in-process calls.
+inline constexpr char kHttpPeerMetadata[] = "failoverd-http-peer";
+
 }  // namespace failover

@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Request request = Parse(text, &last_event_id);
   failover::fuzz::World world;
   const uint64_t generation = world.engine.generation();
-  Gateway gateway([&world](const std::string& method, const std::string& in, std::string* out, const std::string&) {
+  Gateway gateway([&world](const std::string& method, const std::string& in, std::string* out, const Request&) {
     const std::string name = method.substr(method.rfind('/') + 1);
     for (const failover::fuzz::Method& m : failover::fuzz::Methods()) {
       if (m.name != name) continue;

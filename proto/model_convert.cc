@@ -238,6 +238,7 @@ EngineEnum FromApiEnum(int value) {
 Event EventFromProto(const v1::Event& in) {
   Event e;
   e.sequence = in.sequence();
+  e.actor = in.actor();
   e.time = TimeFromProto(in.time());
   if (in.has_chain_switched()) {
     const auto& s = in.chain_switched();
@@ -386,6 +387,7 @@ v1::FailureReason ReasonToProto(Reason r) {
 
 void EventToProto(const Event& e, v1::Event* out) {
   out->set_sequence(e.sequence);
+  out->set_actor(e.actor);
   TimeToProto(e.time, out->mutable_time());
   switch (e.kind) {
     case EventKind::kChainSwitched: {

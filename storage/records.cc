@@ -165,6 +165,7 @@ void EncodeEvent(const Event& in, EventRecord* out) {
   out->set_change(EnumToInt(in.change));
   out->set_generation(in.generation);
   out->set_object_name(in.object_name);
+  out->set_actor(in.actor);
 }
 
 bool DecodeEvent(const EventRecord& in, Event* out) {
@@ -178,6 +179,7 @@ bool DecodeEvent(const EventRecord& in, Event* out) {
   out->last_error = in.last_error();
   out->generation = in.generation();
   out->object_name = in.object_name();
+  out->actor = in.actor();
   return EnumFromInt(in.kind(), EventKind::kConfigChanged, &out->kind) &&
          EnumFromInt(in.from_chain_state(), ChainState::kPinned, &out->from_chain_state) &&
          EnumFromInt(in.to_chain_state(), ChainState::kPinned, &out->to_chain_state) &&

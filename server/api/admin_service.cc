@@ -153,6 +153,7 @@ absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp)
   ASSIGN_OR_RETURN(ConfigChange change, ConfigChangeFromProto(req));
   ApplyOptions options;
   options.dry_run = req.dry_run();
+  options.actor = CallerScope::Current();
   Committer::Scope changes(ctx_.committer);
   ASSIGN_OR_RETURN(ApplyResult result, ctx_.engine->Apply(change, options, ctx_.clock->Now()));
   RETURN_IF_ERROR(changes.Await());
@@ -188,7 +189,7 @@ absl::Status AdminService::DoListTargets(const ListTargetsRequest& req, ListTarg
 absl::Status AdminService::DoDeleteTarget(const DeleteTargetRequest& req, DeleteResponse* resp) {
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
@@ -219,7 +220,7 @@ absl::Status AdminService::DoListChains(const ListChainsRequest& req, ListChains
 absl::Status AdminService::DoDeleteChain(const DeleteChainRequest& req, DeleteResponse* resp) {
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
@@ -229,7 +230,7 @@ absl::Status AdminService::DoPinChain(const PinChainRequest& req, failover::v1::
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   return ChainViewOf(req.chain(), resp);
 }
@@ -237,7 +238,7 @@ absl::Status AdminService::DoPinChain(const PinChainRequest& req, failover::v1::
 absl::Status AdminService::DoUnpinChain(const UnpinChainRequest& req, failover::v1::ChainView* resp) {
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->Unpin(req.chain(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->Unpin(req.chain(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   return ChainViewOf(req.chain(), resp);
 }
@@ -246,7 +247,8 @@ absl::Status AdminService::DoTriggerFailover(const TriggerFailoverRequest& req, 
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   if (req.reason().size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now(),
+                                                     CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }
@@ -254,7 +256,7 @@ absl::Status AdminService::DoTriggerFailover(const TriggerFailoverRequest& req, 
 absl::Status AdminService::DoCancelFailover(const CancelFailoverRequest& req, failover::v1::TargetView* resp) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }
@@ -262,7 +264,7 @@ absl::Status AdminService::DoCancelFailover(const CancelFailoverRequest& req, fa
 absl::Status AdminService::DoSetTargetEnabled(const SetTargetEnabledRequest& req, failover::v1::TargetView* resp) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now()).status());
+  RETURN_IF_ERROR(ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now(), CallerScope::Current()).status());
   RETURN_IF_ERROR(changes.Await());
   return TargetViewOf(req.target(), resp);
 }

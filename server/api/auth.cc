@@ -1,11 +1,15 @@
 #include "server/api/auth.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/trailers.h"
+#include "common/utf8.h"
 
 namespace failover::api {
 namespace {
@@ -50,11 +54,22 @@ absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& pat
     if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
     if (parts.empty()) continue;
-    if (parts.size() != 2 || (parts[0] != "decide" && parts[0] != "admin")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", n, ": expected \"decide <token>\" or \"admin <token>\""));
+    if ((parts.size() != 2 && parts.size() != 3) || (parts[0] != "decide" && parts[0] != "admin")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ":", n, ": expected \"<decide|admin> <token>\" or \"<decide|admin> <name> <token>\""));
     }
-    tokens.push_back(Token{parts[1], parts[0] == "admin" ? Role::kAdmin : Role::kDecide});
+    std::string name;
+    if (parts.size() == 3) {
+      name = parts[1];
+      const bool ok = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' || c == '@';
+      });
+      if (!ok) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", n, ": a token's name is 1..64 characters of A-Za-z0-9._@-"));
+      }
+    }
+    tokens.push_back(Token{parts.back(), parts[0] == "admin" ? Role::kAdmin : Role::kDecide, std::move(name)});
   }
   if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
   return tokens;
@@ -80,5 +95,52 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) 
   }
   return absl::UnauthenticatedError("unknown bearer token");
 }
+
+std::string Authorizer::TokenName(const grpc::ServerContextBase& ctx) const {
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return "";
+  const std::string header(it->second.data(), it->second.size());
+  constexpr absl::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size()) return "";
+  const std::string presented = header.substr(kBearer.size());
+  for (const Token& t : *tokens()) {
+    if (SameSecret(presented, t.value)) return t.name;
+  }
+  return "";
+}
+
+std::string CallerOf(const grpc::ServerContextBase& ctx, const Authorizer* auth) {
+  if (auth != nullptr) {
+    std::string name = auth->TokenName(ctx);
+    if (!name.empty()) return name;
+  }
+  if (const auto identity = ctx.auth_context(); identity != nullptr) {
+    const auto cn = identity->FindPropertyValues("x509_common_name");
+    if (!cn.empty()) return absl::StrCat("cn=", SanitizeUtf8(std::string(cn.front().data(), cn.front().size()), 128));
+  }
+  const std::string peer = ctx.peer();
+  // gRPC 1.51 names the peer of an in-process call "unknown" (no TCP peer can be).
+  if (peer == "unknown" || absl::StartsWith(peer, "inproc")) {
+    const auto& metadata = ctx.client_metadata();
+    auto it = metadata.find(kHttpPeerMetadata);
+    if (it != metadata.end()) {
+      return absl::StrCat("http:", SanitizeUtf8(std::string(it->second.data(), it->second.size()), 128));
+    }
+  }
+  return SanitizeUtf8(peer, 128);
+}
+
+namespace {
+thread_local std::string current_caller;
+}  // namespace
+
+CallerScope::CallerScope(std::string caller) : previous_(std::move(current_caller)) {
+  current_caller = std::move(caller);
+}
+
+CallerScope::~CallerScope() { current_caller = std::move(previous_); }
+
+const std::string& CallerScope::Current() { return current_caller; }
 
 }  // namespace failover::api

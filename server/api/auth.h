@@ -22,7 +22,9 @@ enum class Role { kDecide, kAdmin };
 
 class Authorizer {
  public:
-  // Reads lines of "<role> <token>" (role decide or admin); '#' starts a comment.
+  // Reads lines of "<role> <token>" or "<role> <name> <token>" (role decide or
+  // admin; the name is who the token belongs to, recorded on the events of its
+  // admin calls); '#' starts a comment.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authorizer>> FromFile(const std::string& path);
 
   // Reads the file again (SIGHUP). On an error the tokens in use stay.
@@ -32,11 +34,15 @@ class Authorizer {
   // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED when the
   // token's role is not enough.
   [[nodiscard]] absl::Status Check(const grpc::ServerContextBase& ctx, Role needed) const;
+  // The name of the token the call presents; empty when it has none or the
+  // token is unnamed.
+  std::string TokenName(const grpc::ServerContextBase& ctx) const;
 
  private:
   struct Token {
     std::string value;
     Role role;
+    std::string name;  // empty for "<role> <token>" lines
   };
   using Tokens = std::vector<Token>;
   [[nodiscard]] static absl::StatusOr<Tokens> ReadTokens(const std::string& path);
@@ -45,6 +51,26 @@ class Authorizer {
   std::string path_;
   mutable std::shared_mutex mu_;
   std::shared_ptr<const Tokens> tokens_ ABSL_GUARDED_BY(mu_);
+};
+
+// Who makes a call, for the events its admin calls cause: the token's name,
+// else the client certificate's common name ("cn=..."), else the caller's
+// address (for the HTTP port, the HTTP client's). Valid UTF-8, bounded.
+std::string CallerOf(const grpc::ServerContextBase& ctx, const Authorizer* auth);
+
+// The caller of the RPC this thread is serving (set by ServeUnary around the
+// handler, which runs on the same thread), so admin handlers can record it
+// without every handler taking the call.
+class CallerScope {
+ public:
+  explicit CallerScope(std::string caller);
+  ~CallerScope();
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+  static const std::string& Current();
+
+ private:
+  std::string previous_;
 };
 
 }  // namespace failover::api

@@ -68,7 +68,13 @@ void EventLog::Publish(const Events& events) {
   const bool logged = log::Enabled(log::Level::kInfo);
   for (const Event& e : events) {
     last_sequence_ = e.sequence;
-    if (logged) log::Info(Describe(e), {{"seq", e.sequence}});
+    if (logged) {
+      if (e.actor.empty()) {
+        log::Info(Describe(e), {{"seq", e.sequence}});
+      } else {
+        log::Info(Describe(e), {{"seq", e.sequence}, {"by", e.actor}});
+      }
+    }
   }
   if (!watchers_.empty()) {
     // One conversion and serialization per event, however many watchers.

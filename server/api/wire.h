@@ -35,7 +35,10 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
   Response response;
   absl::Status status = context.Authorize(*call, role);
   if (status.ok()) status = ParseRequest(*in, &request);
-  if (status.ok()) status = (service->*handler)(request, &response);
+  if (status.ok()) {
+    const CallerScope caller(role == Role::kAdmin ? CallerOf(*call, context.auth) : std::string());
+    status = (service->*handler)(request, &response);
+  }
   if (status.ok()) status = SerializeMessage(response, out);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");

@@ -14,8 +14,10 @@ namespace failover {
 
 using namespace internal;  // NOLINT: the engine's own helpers
 
-absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_view target, absl::Time now) {
+absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_view target, absl::Time now,
+                                   absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> snap = Load();
   const ChainEntry* chain = snap->FindChain(chain_name);
   if (chain == nullptr) return NotFound("chain", chain_name);
@@ -39,8 +41,9 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
   return events;
 }
 
-absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time now) {
+absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time now, absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> snap = Load();
   const ChainEntry* chain = snap->FindChain(chain_name);
   if (chain == nullptr) return NotFound("chain", chain_name);
@@ -61,8 +64,9 @@ absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time no
 }
 
 absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, absl::string_view reason,
-                                                     absl::Time now) {
+                                                     absl::Time now, absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
@@ -101,8 +105,10 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   return events;
 }
 
-absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl::Time now) {
+absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl::Time now,
+                                                    absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);

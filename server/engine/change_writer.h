@@ -19,6 +19,8 @@ class Engine::ChangeWriter {
   ChangeWriter& operator=(const ChangeWriter&) = delete;
 
   Change& change() { return change_; }
+  // Who asked for this change: recorded on each of its events.
+  void set_actor(absl::string_view actor) { actor_ = std::string(actor); }
   Events* events() { return &change_.events; }
   // A target whose health changed without an event of its own (a disabled
   // target tripping underneath, say): its record is stored all the same.
@@ -30,6 +32,7 @@ class Engine::ChangeWriter {
   void Finish(Events* out) {
     for (Event& e : change_.events) {
       e.sequence = engine_.next_sequence_++;
+      if (e.actor.empty()) e.actor = actor_;
       if (e.kind == EventKind::kTargetState) touched_targets_.insert(e.target);
       if (e.kind == EventKind::kChainSwitched) touched_chains_.insert(e.chain);
     }
@@ -58,6 +61,7 @@ class Engine::ChangeWriter {
   Engine& engine_;
   std::lock_guard<std::mutex> lock_;
   Change change_;
+  std::string actor_;
   std::set<std::string> touched_targets_;
   std::set<std::string> touched_chains_;
 };

@@ -72,6 +72,7 @@ std::vector<std::string> Details(const std::vector<SettingDifference>& differenc
 
 absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const ApplyOptions& options, absl::Time now) {
   ChangeWriter w(*this);
+  w.set_actor(options.actor);
   std::shared_ptr<const Snapshot> cur = Load();
   std::map<std::string, TargetConfig> targets;
   std::map<std::string, ChainConfig> chains;
@@ -255,8 +256,9 @@ Events Engine::ChangeOneObjectLocked(ChangeWriter& w, const Snapshot& cur, Confi
   return events;
 }
 
-absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time now) {
+absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time now, absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
@@ -272,8 +274,9 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
   return ChangeOneObjectLocked(w, *cur, ConfigObject::kTarget, name, ConfigChangeKind::kDeleted, now);
 }
 
-absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time now) {
+absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time now, absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> cur = Load();
   const ChainEntry* c = cur->FindChain(name);
   if (c == nullptr) return NotFound("chain", name);
@@ -283,8 +286,10 @@ absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time no
   return ChangeOneObjectLocked(w, *cur, ConfigObject::kChain, name, ConfigChangeKind::kDeleted, now);
 }
 
-absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now) {
+absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now,
+                                                absl::string_view actor) {
   ChangeWriter w(*this);
+  w.set_actor(actor);
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);

@@ -323,6 +323,8 @@ struct ApplyOptions {
   // missing from the change are deleted. False (the API): objects declared by a
   // file cannot be changed.
   bool from_files = false;
+  // Recorded on the events of the change (Event::actor).
+  std::string actor;
 };
 
 using ChangeSink = std::function<void(Change&&)>;
@@ -361,16 +363,22 @@ class Engine {
   // --- config ---
   [[nodiscard]] absl::StatusOr<ApplyResult> Apply(const ConfigChange& change, const ApplyOptions& options,
                                                   absl::Time now);
-  [[nodiscard]] absl::StatusOr<Events> DeleteTarget(absl::string_view name, absl::Time now);
-  [[nodiscard]] absl::StatusOr<Events> DeleteChain(absl::string_view name, absl::Time now);
-  [[nodiscard]] absl::StatusOr<Events> SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now);
+  // `actor` (here and below): who asked, recorded on the events (Event::actor).
+  [[nodiscard]] absl::StatusOr<Events> DeleteTarget(absl::string_view name, absl::Time now,
+                                                    absl::string_view actor = "");
+  [[nodiscard]] absl::StatusOr<Events> DeleteChain(absl::string_view name, absl::Time now,
+                                                   absl::string_view actor = "");
+  [[nodiscard]] absl::StatusOr<Events> SetTargetEnabled(absl::string_view name, bool enabled, absl::Time now,
+                                                        absl::string_view actor = "");
 
   // --- admin actions ---
-  [[nodiscard]] absl::StatusOr<Events> Pin(absl::string_view chain, absl::string_view target, absl::Time now);
-  [[nodiscard]] absl::StatusOr<Events> Unpin(absl::string_view chain, absl::Time now);
+  [[nodiscard]] absl::StatusOr<Events> Pin(absl::string_view chain, absl::string_view target, absl::Time now,
+                                           absl::string_view actor = "");
+  [[nodiscard]] absl::StatusOr<Events> Unpin(absl::string_view chain, absl::Time now, absl::string_view actor = "");
   [[nodiscard]] absl::StatusOr<Events> TriggerManualFailover(absl::string_view target, absl::string_view reason,
-                                                             absl::Time now);
-  [[nodiscard]] absl::StatusOr<Events> CancelManualFailover(absl::string_view target, absl::Time now);
+                                                             absl::Time now, absl::string_view actor = "");
+  [[nodiscard]] absl::StatusOr<Events> CancelManualFailover(absl::string_view target, absl::Time now,
+                                                            absl::string_view actor = "");
 
   // --- hot path ---
   [[nodiscard]] absl::Status Pick(const PickRequest& request, absl::Time now, Plan* plan, Events* events);

@@ -296,7 +296,7 @@ Response Gateway::Handle(const Request& request) const {
   if (!in->SerializeToString(&serialized_in)) return Error(grpc::Status(grpc::StatusCode::INTERNAL, "serialize"));
   std::string serialized_out;
   const std::string full = absl::StrCat(IsDecideMethod(route->rpc) ? kDecide : kAdmin, route->rpc);
-  const grpc::Status called = call_(full, serialized_in, &serialized_out, request.authorization);
+  const grpc::Status called = call_(full, serialized_in, &serialized_out, request);
   if (!called.ok()) return Error(called);
   std::unique_ptr<pb::Message> out = NewMessage(method->output_type());
   if (!out->ParseFromString(serialized_out)) {

@@ -29,6 +29,7 @@ struct Request {
   std::string content_type;
   std::string sec_fetch_site;  // browsers say where a request comes from
   std::string body;
+  std::string peer;  // the HTTP client's address, recorded on admin events
 };
 
 struct Response {
@@ -38,9 +39,10 @@ struct Response {
 };
 
 // Makes one unary gRPC call to failoverd: `method` is the full name
-// ("/failover.v1.AdminService/PinChain"), `request` and `response` serialized.
+// ("/failover.v1.AdminService/PinChain"), `request` and `response` serialized;
+// `from` is the HTTP request (its token and client address go along).
 using UnaryCaller = std::function<grpc::Status(const std::string& method, const std::string& request,
-                                               std::string* response, const std::string& authorization)>;
+                                               std::string* response, const Request& from)>;
 
 class Gateway {
  public:

@@ -40,13 +40,14 @@ bool PrintableAscii(const std::string& s) {
 }
 
 grpc::Status CallUnary(grpc::Channel* channel, const std::string& method, const std::string& request,
-                       std::string* response, const std::string& authorization) {
+                       std::string* response, const std::string& authorization, const std::string& http_peer) {
   if (!PrintableAscii(authorization)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "authorization: header is not printable ASCII");
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
   if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
+  ctx.AddMetadata(kHttpPeerMetadata, http_peer);  // who did it, for admin events
   grpc::Slice slice(request);
   grpc::ByteBuffer in(&slice, 1);
   grpc::ByteBuffer out;
@@ -175,6 +176,7 @@ Request ToGatewayRequest(const httplib::Request& req) {
   out.content_type = req.get_header_value("Content-Type");
   out.sec_fetch_site = req.get_header_value("Sec-Fetch-Site");
   out.body = req.body;
+  out.peer = absl::StrCat(req.remote_addr, ":", req.remote_port);
   return out;
 }
 
@@ -236,9 +238,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
 
   HttpServer* raw = self.get();
   auto gateway = std::make_shared<Gateway>(
-      [raw](const std::string& method, const std::string& request, std::string* response,
-            const std::string& authorization) {
-        return CallUnary(raw->channel_.get(), method, request, response, authorization);
+      [raw](const std::string& method, const std::string& request, std::string* response, const Request& from) {
+        return CallUnary(raw->channel_.get(), method, request, response, from.authorization, from.peer);
       });
 
   // The page and its assets.

@@ -43,6 +43,49 @@ TEST(SecurityTest, TokensHaveTwoRolesAndHealthStaysOpen) {
   EXPECT_THAT(watch.err, HasSubstr("missing bearer token"));
 }
 
+// Admin events and logs say who did it: a named token's name, else the
+// caller's address; kept across a restart.
+TEST(SecurityTest, NamedTokensAreRecordedOnTheEventsTheirCallsCause) {
+  TempDir data, secrets;
+  const std::string tokens = secrets.path() + "/tokens";
+  std::ofstream(tokens) << "admin alice alice-secret\nadmin unnamed-secret\ndecide gateway gw-secret\n";
+  const std::string config = secrets.path() + "/chains.yaml";
+  std::ofstream(config) << "targets:\n  - name: a\n  - name: b\nchains:\n  - name: ch\n    targets: [a, b]\n";
+  auto start = [&](FailoverdProcess* proc) {
+    std::string error;
+    ASSERT_TRUE(proc->Start(&error)) << error;
+  };
+  auto proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data.path(), {"--tokens-file", tokens}});
+  ASSERT_NO_FATAL_FAILURE(start(proc.get()));
+  auto ctl = [&](const std::string& token, std::vector<std::string> args) {
+    args.insert(args.begin(), {FailoverctlBinary(), "--server", proc->address(), "--token", token});
+    return RunCommand(args);
+  };
+  ASSERT_EQ(ctl("alice-secret", {"apply", "-f", config}).exit_code, 0);
+  ASSERT_EQ(ctl("unnamed-secret", {"pin", "ch", "b"}).exit_code, 0);
+  CommandResult events = ctl("gw-secret", {"events"});  // a decide token may read events
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("config: chain ch created (generation 1) by alice"));
+  EXPECT_THAT(events.out, ::testing::ContainsRegex("pinned to b\\) state primary -> pinned by ipv4:127\\.0\\.0\\.1:[0-9]+"));
+  EXPECT_THAT(proc->Stderr(), HasSubstr("config: chain ch created (generation 1) seq=3 by=alice"));
+  EXPECT_THAT(proc->Stderr(), ::testing::Not(HasSubstr("alice-secret")));
+
+  ASSERT_EQ(proc->Stop(SIGTERM), 0);
+  proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data.path(), {"--tokens-file", tokens}});
+  ASSERT_NO_FATAL_FAILURE(start(proc.get()));
+  EXPECT_THAT(ctl("alice-secret", {"events"}).out, HasSubstr("config: chain ch created (generation 1) by alice"));
+}
+
+TEST(SecurityTest, ATokenNameMustBeSimple) {
+  TempDir data, secrets;
+  const std::string tokens = secrets.path() + "/tokens";
+  std::ofstream(tokens) << "admin alice alice-secret\nadmin al!ce x-secret\n";
+  FailoverdProcess proc({data.path(), {"--tokens-file", tokens}});
+  std::string error;
+  EXPECT_FALSE(proc.Start(&error));
+  EXPECT_THAT(error, HasSubstr(tokens + ":2: a token's name is 1..64 characters of A-Za-z0-9._@-"));
+}
+
 TEST(SecurityTest, ABadTokensFileStopsFailoverd) {
   TempDir data, secrets;
   const std::string tokens = secrets.path() + "/tokens";
@@ -171,6 +214,17 @@ TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   CommandResult with_cert = RunCommand({FailoverctlBinary(), "--server", proc.address(), "--tls-ca", dir + "/ca.crt",
                                         "--tls-cert", dir + "/client.crt", "--tls-key", dir + "/client.key", "status"});
   EXPECT_EQ(with_cert.exit_code, 0) << with_cert.err;
+  // The certificate's subject is who did it.
+  std::ofstream(dir + "/chains.yaml") << "targets:\n  - name: a\n  - name: b\nchains:\n  - name: ch\n    targets: [a, b]\n";
+  const std::vector<std::string> client_tls = {FailoverctlBinary(), "--server", proc.address(), "--tls-ca",
+                                               dir + "/ca.crt", "--tls-cert", dir + "/client.crt", "--tls-key",
+                                               dir + "/client.key"};
+  std::vector<std::string> apply = client_tls;
+  apply.insert(apply.end(), {"apply", "-f", dir + "/chains.yaml"});
+  ASSERT_EQ(RunCommand(apply).exit_code, 0);
+  std::vector<std::string> events = client_tls;
+  events.push_back("events");
+  EXPECT_THAT(RunCommand(events).out, HasSubstr("chain ch created (generation 1) by cn=client"));
   CommandResult without = RunCommand(
       {FailoverctlBinary(), "--server", proc.address(), "--tls-ca", dir + "/ca.crt", "--timeout", "2", "status"});
   EXPECT_NE(without.exit_code, 0);

@@ -962,6 +962,26 @@ TEST_F(EngineTest, PinForcesOneTargetEvenWhenDownAndUnpinReturnsToTheFirstUsable
   EXPECT_EQ(Status("assistant-llm").state, ChainState::kPrimary);
 }
 
+TEST_F(EngineTest, AnAdminCallsActorIsOnEveryEventItCausesAndOnNoneOfFailoverdsOwn) {
+  TwoTargetChain();
+  std::vector<Change> changes;
+  engine_.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });
+  auto triggered = engine_.TriggerManualFailover("argus-llm", "maintenance", now_, "alice");
+  ASSERT_TRUE(triggered.ok());
+  ASSERT_EQ(triggered->size(), 2u);  // the target out, the chain switched
+  for (const Event& e : *triggered) EXPECT_EQ(e.actor, "alice");
+  ASSERT_EQ(changes.size(), 1u);
+  for (const Event& e : changes[0].events) EXPECT_EQ(e.actor, "alice");  // what is stored and sent
+  FailTarget("assistant-llm", "gemma-local");  // a trip: failoverd's own decision
+  ASSERT_GE(changes.size(), 2u);
+  for (const Event& e : changes.back().events) EXPECT_EQ(e.actor, "");
+  ApplyOptions options;
+  options.actor = "deploy-ci";
+  auto applied = engine_.Apply(ConfigChange{{Target("extra")}, {}}, options, now_);
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(changes.back().events.at(0).actor, "deploy-ci");
+}
+
 TEST_F(EngineTest, PinRefusesATargetOutsideTheChain) {
   ApplyOk({Target("a"), Target("b"), Target("z")}, {Chain("ch", {"a", "b"})});
   absl::Status s = engine_.Pin("ch", "z", now_).status();

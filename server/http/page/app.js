@@ -131,6 +131,10 @@ function addEvent(event) {
 }
 
 function describe(event) {
+  return describeWhat(event) + (event.actor ? ' by ' + event.actor : '');
+}
+
+function describeWhat(event) {
   if (event.chainSwitched) {
     const e = event.chainSwitched;
     return `chain ${e.chain}: ${e.fromTarget || '(none)'} -> ${e.toTarget || '(none)'} (${lower(e.reason, 'SWITCH_REASON_')}` +

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The README's quick start, run as written: failoverd started the way
+# scripts/start starts it (its data dir in a temp dir, on a free port), then
+# the quick start's commands verbatim (the port swapped in), then what the
+# README says they show.
+# usage: quickstart_test.sh BUILD_DIR
+set -euo pipefail
+build="$(cd "$1" && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2> /dev/null && wait "$pid" 2> /dev/null
+  jobs -p | xargs -r kill 2> /dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$root"
+
+# The README opens with the two commands CI relies on.
+first_blocks="$(awk '/^```sh$/ {inblock=1; next} /^```$/ {inblock=0; n++; if (n==2) exit} inblock' README.md)"
+[ "$first_blocks" = $'scripts/start\nscripts/test' ] || { echo "README does not open with scripts/start and scripts/test"; exit 1; }
+
+# failoverd as scripts/start runs it.
+start_line="$(grep '^exec build/server/failoverd' scripts/start)"
+[ -n "$start_line" ] || { echo "scripts/start has no exec line"; exit 1; }
+args="${start_line#exec build/server/failoverd }"
+args="${args%\"\$@\"}"
+args="${args//.\/data/$work/data}"
+# shellcheck disable=SC2086
+"$build/server/failoverd" $args --listen 127.0.0.1:0 --port-file "$work/port" --metrics-listen "" 2> "$work/log" &
+pid=$!
+for _ in $(seq 1 200); do [ -s "$work/port" ] && break; sleep 0.05; done
+[ -s "$work/port" ] || { cat "$work/log"; exit 1; }
+port="$(cat "$work/port")"
+
+# The quick start's block, verbatim but for the port and the build dir.
+awk '/^## Quick start with failoverctl/ {section=1} section && /^```sh$/ {inblock=1; next} inblock && /^```$/ {exit} inblock' \
+  README.md > "$work/quickstart.sh"
+[ -s "$work/quickstart.sh" ] || { echo "no quick start block in README"; exit 1; }
+sed -i "s/127\.0\.0\.1:50051/127.0.0.1:$port/; s#\$PWD/build/client#$build/client#; s#failoverctl watch --chain assistant-llm &#failoverctl watch --chain assistant-llm > $work/watch.out \&#" \
+  "$work/quickstart.sh"
+echo "--- running the quick start:"; cat "$work/quickstart.sh"; echo "---"
+bash -e "$work/quickstart.sh" > "$work/out" 2>&1 || { cat "$work/out"; echo "the quick start failed"; exit 1; }
+cat "$work/out"
+
+grep -q "dry run: nothing was saved" "$work/out" || { echo "no dry run"; exit 1; }
+grep -Eq "assistant-llm +fallback +gemma-local" "$work/out" || { echo "status does not show the fallback"; exit 1; }
+for _ in $(seq 1 100); do grep -q "chain assistant-llm: argus-llm -> gemma-local (trip" "$work/watch.out" && break; sleep 0.05; done
+grep -q "target argus-llm: unknown -> down" "$work/watch.out" || { cat "$work/watch.out"; echo "watch missed the trip"; exit 1; }
+grep -q "chain assistant-llm: argus-llm -> gemma-local (trip" "$work/watch.out" ||
+  { cat "$work/watch.out"; echo "watch missed the switch"; exit 1; }
+echo "the quick start works as written"

@@ -532,7 +532,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Examples:\n  failoverctl status\n  FAILOVERD_ADDR=failoverd:50051 failoverctl get chains -o yaml\n"
              "  failoverctl <command> --help");
-  app.set_version_flag("--version", "failoverctl " FAILOVERD_VERSION, "Print the version and exit");
+  app.set_version_flag("--version",
+                       "failoverctl " FAILOVERD_VERSION " (commit " FAILOVERD_COMMIT ", built " FAILOVERD_BUILD_DATE ")",
+                       "Print the version, commit and build date, and exit");
   app.fallthrough();
   app.add_option("--server", ctl.conn.server, "failoverd address host:port (env FAILOVERD_ADDR)")->capture_default_str();
   app.add_option("--token", ctl.conn.token, "Bearer token (env FAILOVERD_TOKEN)");

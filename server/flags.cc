@@ -36,7 +36,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   CLI::App app{"failoverd: failover decisions for callers that do their own I/O"};
   app.footer("Examples:\n  failoverd --data-dir ./data --config examples/config\n"
              "  failoverd --listen 0.0.0.0:50051 --tokens-file /etc/failoverd/tokens --log-format json");
-  app.set_version_flag("--version", "failoverd " FAILOVERD_VERSION, "Print the version and exit");
+  app.set_version_flag("--version",
+                       "failoverd " FAILOVERD_VERSION " (commit " FAILOVERD_COMMIT ", built " FAILOVERD_BUILD_DATE ")",
+                       "Print the version, commit and build date, and exit");
   app.add_option("--listen", flags->listen, "gRPC listen address (host:port; port 0 picks a free one)")
       ->capture_default_str();
   app.add_option("--data-dir", flags->data_dir, "Directory of the embedded RocksDB database")->capture_default_str();

@@ -66,6 +66,11 @@ Metrics::Metrics(prometheus::Registry& r)
                      .Help("1 when the last load of the config files was applied, 0 when it was rejected.")
                      .Register(r)
                      .Add({})),
+      config_applied_at_(prometheus::BuildGauge()
+                             .Name("failover_config_last_reload_success_timestamp_seconds")
+                             .Help("When the config files were last applied (Unix time).")
+                             .Register(r)
+                             .Add({})),
       config_reloads_(prometheus::BuildCounter()
                           .Name("failover_config_reloads_total")
                           .Help("Loads of the config files (at start, on SIGHUP, on a change), by result.")
@@ -271,6 +276,7 @@ void Metrics::OnEvents(const Events& events) {
 
 void Metrics::OnConfigReload(bool accepted) {
   config_ok_.Set(accepted ? 1 : 0);
+  if (accepted) config_applied_at_.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   (accepted ? config_accepted_ : config_rejected_).Increment();
 }
 

@@ -82,6 +82,7 @@ class Metrics {
   prometheus::Counter& watch_resyncs_;
   prometheus::Counter& watchers_dropped_;
   prometheus::Gauge& config_ok_;
+  prometheus::Gauge& config_applied_at_;
   prometheus::Family<prometheus::Counter>& config_reloads_;
   prometheus::Counter& config_accepted_;
   prometheus::Counter& config_rejected_;

@@ -152,6 +152,7 @@ TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig)
   EXPECT_EQ(rejections, 1u);
   const std::string text = metrics();
   EXPECT_THAT(text, HasSubstr("failover_config_last_reload_ok 1"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("failover_config_last_reload_success_timestamp_seconds [1-9][0-9.e+]+"));
   EXPECT_THAT(text, HasSubstr("failover_config_reloads_total{result=\"rejected\"} 1"));
   EXPECT_THAT(text, HasSubstr("failover_config_reloads_total{result=\"accepted\"} 3"));  // start, 2 changes
 }

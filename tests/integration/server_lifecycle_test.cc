@@ -185,10 +185,12 @@ TEST(ServerLifecycleTest, FailoverctlHealthReportsServingAndExit3WhenUnreachable
 TEST(ServerLifecycleTest, BothBinariesPrintTheirVersion) {
   CommandResult ctl = RunCommand({FailoverctlBinary(), "--version"});
   EXPECT_EQ(ctl.exit_code, 0) << ctl.err;
-  EXPECT_THAT(ctl.out, ::testing::MatchesRegex("failoverctl [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_THAT(ctl.out, ::testing::MatchesRegex(
+                           "failoverctl [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit ([0-9a-f]+|unknown), built [0-9-]+\\)\n"));
   CommandResult daemon = RunCommand({FailoverdBinary(), "--version"});
   EXPECT_EQ(daemon.exit_code, 0) << daemon.err;
-  EXPECT_THAT(daemon.out, ::testing::MatchesRegex("failoverd [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+  EXPECT_THAT(daemon.out, ::testing::MatchesRegex(
+                              "failoverd [0-9]+\\.[0-9]+\\.[0-9]+ \\(commit ([0-9a-f]+|unknown), built [0-9-]+\\)\n"));
 }
 
 TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {

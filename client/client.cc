@@ -61,6 +61,38 @@ Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientO
     : stub_(std::move(stub)), options_(std::move(options)) {
   if (!options_.sleep) options_.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   if (!options_.now) options_.now = [] { return absl::Now(); };
+  if (options_.background_flush) flusher_ = std::thread([this] { FlushLoop(); });
+}
+
+Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(flusher_mu_);
+    flusher_stop_ = true;
+  }
+  flusher_wake_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+}
+
+void Client::WakeFlusher() {
+  if (!options_.background_flush) return;
+  {
+    std::lock_guard<std::mutex> lock(flusher_mu_);
+    flusher_woken_ = true;
+  }
+  flusher_wake_.notify_all();
+}
+
+void Client::FlushLoop() {
+  std::unique_lock<std::mutex> lock(flusher_mu_);
+  while (!flusher_stop_) {
+    flusher_wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.flush_interval),
+                           [&] { return flusher_stop_ || flusher_woken_; });
+    flusher_woken_ = false;
+    if (flusher_stop_) return;
+    lock.unlock();
+    if (buffered_reports() > 0) Flush();  // returns at once while failoverd is being skipped
+    lock.lock();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
@@ -94,10 +126,14 @@ size_t Client::dropped_reports() const {
 }
 
 void Client::NoteReached(bool reached) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (reached) {
+    const bool was_down = down_until_ != absl::InfinitePast();
     down_backoff_ = absl::ZeroDuration();
     down_until_ = absl::InfinitePast();
+    const bool backlog = !buffered_.empty();
+    lock.unlock();
+    if (was_down && backlog) WakeFlusher();  // failoverd is back: send what waited for it
     return;
   }
   down_backoff_ = down_backoff_ == absl::ZeroDuration() ? options_.down_backoff
@@ -288,7 +324,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
 }
 
 LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options) {
-  if (buffered_reports() > 0) Flush(options_.flush_per_request);
+  if (!options_.background_flush && buffered_reports() > 0) Flush(options_.flush_per_request);
   LoopResult result;
   v1::PickTargetRequest pick;
   pick.set_chain(chain);

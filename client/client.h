@@ -6,8 +6,9 @@
 // SetDeclaredOrder), with the target that last served the chain first, and
 // tries those targets in order; if a report cannot be
 // sent mid-loop, it carries on down the plan the same way. Reports that could
-// not be sent are buffered (bounded, oldest dropped) and sent with the next
-// call that reaches failoverd. failoverd being down never takes the caller down.
+// not be sent are buffered (bounded, oldest dropped) and sent by a thread of
+// the client's own once failoverd answers again, never on a caller's request
+// (background_flush). failoverd being down never takes the caller down.
 //
 // Hedging: for a request the caller marks idempotent, on a chain whose plan
 // carries hedge_after, the loop starts the plan's second attempt beside the
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -24,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,8 +96,12 @@ struct LoopResult {
 struct ClientOptions {
   ConnectionOptions connection;  // deadline and token for each call
   size_t max_buffered_reports = 1000;
-  // Buffered reports a request sends before its own PickTarget, so that no
-  // single request pays for the whole backlog (Flush sends the rest).
+  // Buffered reports are sent by one thread of the client's own, every
+  // flush_interval and as soon as failoverd answers again: requests never
+  // wait for the backlog. Off: each request sends flush_per_request of it
+  // before its own PickTarget (Flush sends the rest).
+  bool background_flush = true;
+  absl::Duration flush_interval = absl::Milliseconds(500);
   size_t flush_per_request = 16;
   size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
   // How to wait for RETRY_SAME; tests inject their own.
@@ -115,6 +122,9 @@ class Client {
   // and makes the client: the one call most callers need. Fails only when a
   // TLS file cannot be read.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();  // stops the flushing thread (buffered reports not yet sent are dropped)
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   // The order to use for `chain` when failoverd is unreachable and no plan was seen yet.
   void SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt> attempts);
@@ -162,6 +172,15 @@ class Client {
   // Records whether failoverd answered the last call (backs off when not).
   void NoteReached(bool reached);
   bool SkippingFailoverd();
+  // The background flusher (options_.background_flush): the one owner of the
+  // backlog's delivery.
+  void FlushLoop();
+  void WakeFlusher();
+  std::mutex flusher_mu_;
+  std::condition_variable flusher_wake_;
+  bool flusher_woken_ = false;   // guarded by flusher_mu_
+  bool flusher_stop_ = false;    // guarded by flusher_mu_
+  std::thread flusher_;
 };
 
 }  // namespace failover::client

@@ -1,5 +1,7 @@
 #include "client/connection.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 
@@ -19,8 +21,13 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionOptions& options) {
+  grpc::ChannelArguments args;
+  const int max_backoff_ms = static_cast<int>(std::max(0.1, options.max_reconnect_backoff_seconds) * 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(max_backoff_ms, 200));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(max_backoff_ms, 200));
   if (options.tls_ca.empty() && options.tls_cert.empty() && options.tls_key.empty()) {
-    return grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+    return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
   }
   grpc::SslCredentialsOptions ssl;
   if (!options.tls_ca.empty()) {
@@ -38,7 +45,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionOptio
     if (!key.ok()) return key.status();
     ssl.pem_private_key = *key;
   }
-  return grpc::CreateChannel(options.server, grpc::SslCredentials(ssl));
+  return grpc::CreateCustomChannel(options.server, grpc::SslCredentials(ssl), args);
 }
 
 void PrepareContext(const ConnectionOptions& options, grpc::ClientContext* ctx) {

@@ -17,6 +17,10 @@ struct ConnectionOptions {
   std::string tls_cert;
   std::string tls_key;
   double timeout_seconds = 5;
+  // How long the channel waits at most between attempts to reconnect after
+  // failoverd went away (gRPC's own default grows to 120 s, so a failoverd
+  // back after a restart could go unnoticed for minutes).
+  double max_reconnect_backoff_seconds = 1;
 };
 
 // Fails only when a TLS file cannot be read.

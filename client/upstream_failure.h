@@ -24,4 +24,12 @@ namespace failover::client {
 // Whether failoverd wants this header (by name, any case).
 bool IsResetHeader(absl::string_view name);
 
+// For a call that got no HTTP reply: libcurl's result code (a CURLcode, as an
+// int, so this library does not need libcurl) and its error text. Connection
+// refused, DNS, TLS, timeouts and resets map to their transport errors; a
+// transfer cut after the reply began is PHASE_AFTER_FIRST_BYTE when
+// `after_first_byte` says data already reached the caller's client. Other
+// codes keep only the message.
+::failover::v1::Failure FailureFromCurl(int curl_code, absl::string_view message, bool after_first_byte = false);
+
 }  // namespace failover::client

@@ -1,9 +1,14 @@
 // The client library against a real failoverd that is killed mid-run and
 // restarted: requests keep being served, and buffered reports arrive later.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/upstream_failure.h"
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
 
@@ -56,7 +61,7 @@ TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
   proc = std::make_unique<FailoverdProcess>(
       FailoverdProcess::Options{data.path(), {"--metrics-listen", "127.0.0.1:0"}, listen});
   ASSERT_TRUE(proc->Start(&error)) << error;
-  // The next request flushes the buffer first, then runs normally.
+  // Requests run normally again; the client's own thread sends the backlog.
   client::LoopResult back;
   int runs = 0;  // the ones before failoverd answers are served fail-static and buffered too
   ASSERT_TRUE(Eventually([&] {
@@ -65,9 +70,7 @@ TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
     return !back.fail_static;
   }));
   EXPECT_TRUE(back.ok);
-  // That request sent part of the backlog before its pick; Flush sends the rest.
-  client.Flush();
-  EXPECT_EQ(client.buffered_reports(), 0u);
+  EXPECT_TRUE(Eventually([&] { return client.buffered_reports() == 0; }));  // no Flush called
   EXPECT_EQ(client.dropped_reports(), 0u);
   // The restarted failoverd counted every buffered success on b (the three
   // above and those of the runs while it started) and the report of the
@@ -153,6 +156,68 @@ TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
   EXPECT_FALSE(deleted.fail_static);
   EXPECT_THAT(deleted.error, ::testing::HasSubstr("failoverd refused the report"));
   EXPECT_EQ(client.buffered_reports(), 0u);
+}
+
+// A call that got no HTTP reply, made with the real curl (its exit codes are
+// libcurl's CURLcode): FailureFromCurl turns it into the transport error that
+// failoverd classifies and counts against the target.
+TEST(FailureFromCurlTest, RealCurlFailuresAreClassifiedByFailoverd) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  v1::ApplyRequest config;
+  config.add_targets()->set_name("a");
+  config.add_targets()->set_name("b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  chain->mutable_policy()->mutable_trip()->set_errors(100);  // keep a in the plan
+  {
+    grpc::ClientContext ctx;
+    v1::ApplyResponse resp;
+    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
+  }
+  // Nothing listens on a free port: connection refused. A socket that is
+  // listening but never answers: a timeout.
+  const int closed = FreePort();
+  const int silent_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(silent_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(silent_fd, 8), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(silent_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int silent = ntohs(addr.sin_port);
+
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  struct Case {
+    int port;
+    int curl_exit;
+    v1::TransportError transport;
+    v1::FailureReason reason;
+  };
+  for (const Case& c : {Case{closed, 7, v1::TRANSPORT_ERROR_CONNECT_REFUSED, v1::FAILURE_REASON_NETWORK},
+                        Case{silent, 28, v1::TRANSPORT_ERROR_TIMEOUT, v1::FAILURE_REASON_TIMEOUT}}) {
+    CommandResult curl = RunCommand({"/usr/bin/curl", "-sS", "--max-time", "0.5",
+                                     absl::StrCat("http://127.0.0.1:", c.port, "/v1/chat/completions")});
+    ASSERT_EQ(curl.exit_code, c.curl_exit) << curl.err;
+    v1::ReportOutcomeRequest report;
+    report.set_chain("ch");
+    report.set_target("a");
+    *report.mutable_failure() = client::FailureFromCurl(curl.exit_code, curl.err);
+    EXPECT_EQ(report.failure().transport_error(), c.transport);
+    EXPECT_EQ(report.failure().message(), curl.err);
+    grpc::ClientContext ctx;
+    v1::ReportOutcomeResponse verdict;
+    ASSERT_TRUE(decide->ReportOutcome(&ctx, report, &verdict).ok());
+    EXPECT_EQ(verdict.reason(), c.reason) << curl.err;
+    EXPECT_TRUE(verdict.counted());  // a real failure of the target, not the caller's
+  }
+  close(silent_fd);
 }
 
 }  // namespace

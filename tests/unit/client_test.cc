@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::_;
 using ::testing::DoAll;
+using ::testing::Invoke;
 using ::testing::HasSubstr;
 using ::testing::Return;
 using ::testing::SetArgPointee;
@@ -55,6 +56,7 @@ class ClientTest : public ::testing::Test {
   ClientTest() {
     ClientOptions options;
     options.max_buffered_reports = 3;
+    options.background_flush = false;  // every call on the test's thread, in order
     options.sleep = [this](absl::Duration d) { slept_.push_back(d); };
     options.now = [this] { return now_; };
     client_ = std::make_unique<Client>(stub_, options);
@@ -210,6 +212,7 @@ TEST_F(ClientTest, TheBufferIsBoundedAndFlushedWhenFailoverdIsBack) {
 TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
   ClientOptions options;
   options.max_buffered_reports = 1000;
+  options.background_flush = false;  // only the test's threads flush
   options.sleep = [](absl::Duration) {};
   options.now = [this] { return now_; };
   Client client(stub_, options);
@@ -354,6 +357,7 @@ TEST_F(ClientTest, ARetryDelayPastTheDeadlineAndACancelledRequestStopTheLoop) {
 TEST_F(ClientTest, ARequestSendsOnlyPartOfABacklogBeforeItsOwnPick) {
   ClientOptions options;
   options.max_buffered_reports = 1000;
+  options.background_flush = false;
   options.now = [this] { return now_; };
   Client client(stub_, options);
   client.SetDeclaredOrder("ch", {A("a")});
@@ -371,6 +375,43 @@ TEST_F(ClientTest, ARequestSendsOnlyPartOfABacklogBeforeItsOwnPick) {
   EXPECT_TRUE(client.Run("ch", Attempt({{"a", {Ok()}}})).ok);
   EXPECT_EQ(client.buffered_reports(), 84u);
   EXPECT_EQ(client.Flush(), 84u);
+}
+
+// By default the backlog is the client's own thread's job: once failoverd
+// answers again it goes out without any request (or Flush) sending it.
+TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests) {
+  auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+  std::atomic<absl::Time> now{absl::FromUnixSeconds(1'800'000'000)};
+  ClientOptions options;
+  options.flush_interval = absl::Milliseconds(5);
+  options.now = [&] { return now.load(); };
+  Client client(stub, options);
+  client.SetDeclaredOrder("ch", {A("a")});
+  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).fail_static);
+  ASSERT_EQ(client.buffered_reports(), 5u);
+  ::testing::Mock::VerifyAndClearExpectations(stub.get());
+
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> sent_by_caller{0}, sent_by_client{0};
+  EXPECT_CALL(*stub, ReportOutcome(_, _, _))
+      .WillRepeatedly(Invoke([&](grpc::ClientContext*, const v1::ReportOutcomeRequest&,
+                                 v1::ReportOutcomeResponse* resp) {
+        ++(std::this_thread::get_id() == caller ? sent_by_caller : sent_by_client);
+        *resp = Verdict(v1::VERDICT_DONE);
+        return grpc::Status::OK;
+      }));
+  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(DoAll(SetArgPointee<2>(Plan({"a"})), Return(grpc::Status::OK)));
+  now = now.load() + absl::Seconds(1);  // the backoff is over
+  EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).ok);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (client.buffered_reports() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(client.buffered_reports(), 0u);
+  EXPECT_EQ(sent_by_client.load(), 5);  // the backlog, by the client's thread
+  EXPECT_EQ(sent_by_caller.load(), 1);  // the request's own report only
 }
 
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {

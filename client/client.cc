@@ -90,7 +90,7 @@ void Client::FlushLoop() {
     flusher_woken_ = false;
     if (flusher_stop_) return;
     lock.unlock();
-    if (buffered_reports() > 0) Flush();  // returns at once while failoverd is being skipped
+    if (buffered_reports() > 0) FlushBatches();  // returns at once while failoverd is being skipped
     lock.lock();
   }
 }
@@ -199,6 +199,61 @@ size_t Client::Flush(size_t limit) {
       return delivered;
     }
     if (s.ok()) ++delivered;  // otherwise refused for good: it would never be accepted
+  }
+  return delivered;
+}
+
+void Client::Requeue(std::vector<v1::ReportOutcomeRequest> batch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+    if (buffered_.size() < options_.max_buffered_reports) {
+      buffered_.push_front(std::move(*it));
+    } else {
+      ++dropped_;  // the bound is full of newer ones
+    }
+  }
+}
+
+size_t Client::FlushBatches() {
+  size_t delivered = 0;
+  while (!SkippingFailoverd()) {
+    std::vector<v1::ReportOutcomeRequest> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (!buffered_.empty() && batch.size() < kBatch) {
+        batch.push_back(std::move(buffered_.front()));
+        buffered_.pop_front();
+      }
+    }
+    if (batch.empty()) return delivered;
+    grpc::ClientContext ctx;
+    PrepareContext(options_.connection, &ctx);
+    v1::StreamOutcomesResponse summary;
+    std::unique_ptr<grpc::ClientWriterInterface<v1::ReportOutcomeRequest>> writer =
+        stub_->StreamOutcomes(&ctx, &summary);
+    if (writer == nullptr) {  // a stub without streaming (a test double): one call per report
+      Requeue(std::move(batch));
+      return delivered + Flush();
+    }
+    for (const v1::ReportOutcomeRequest& r : batch) {
+      if (!writer->Write(r)) break;
+    }
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    if (s.ok()) {
+      NoteReached(true);
+      delivered += summary.accepted();  // refused ones would never be accepted: gone
+      continue;
+    }
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // an older failoverd
+      Requeue(std::move(batch));
+      return delivered + Flush();
+    }
+    const bool unreachable = Unreachable(s, ctx);
+    NoteReached(!unreachable);
+    if (!unreachable) continue;  // refused as a whole by failoverd itself: sending again would not help
+    Requeue(std::move(batch));
+    return delivered;
   }
   return delivered;
 }

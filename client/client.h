@@ -176,6 +176,12 @@ class Client {
   // backlog's delivery.
   void FlushLoop();
   void WakeFlusher();
+  // Sends the backlog in StreamOutcomes calls of up to kBatch reports (one
+  // call per report against a failoverd without that method); returns how
+  // many were delivered. At least once: a batch cut off mid-way is sent again.
+  size_t FlushBatches();
+  void Requeue(std::vector<v1::ReportOutcomeRequest> batch);
+  static constexpr size_t kBatch = 256;
   std::mutex flusher_mu_;
   std::condition_variable flusher_wake_;
   bool flusher_woken_ = false;   // guarded by flusher_mu_

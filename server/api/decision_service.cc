@@ -46,6 +46,76 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::C
   return stream;
 }
 
+namespace {
+
+// One StreamOutcomes call: reads reports one at a time and hands each to
+// DecisionService::Report, as ReportOutcome would.
+class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  static constexpr uint32_t kMaxOutcomes = 10000;
+
+  OutcomeStream(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
+                grpc::ByteBuffer* response)
+      : service_(service), ctx_(ctx), call_(call), response_(response) {
+    const absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
+    if (allowed.ok()) {
+      StartRead(&in_);
+    } else {
+      Refuse(allowed);
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client has sent everything
+      failover::v1::StreamOutcomesResponse summary;
+      summary.set_accepted(accepted_);
+      summary.set_refused(refused_);
+      summary.set_first_refusal(first_refusal_);
+      const absl::Status serialized = SerializeMessage(summary, response_);
+      if (!serialized.ok()) return Refuse(serialized);
+      return Finish(grpc::Status::OK);
+    }
+    if (accepted_ + refused_ >= kMaxOutcomes) {
+      return Refuse(absl::ResourceExhaustedError(absl::StrCat(
+          "outcomes: at most ", kMaxOutcomes, " per StreamOutcomes call; ", accepted_, " were handled")));
+    }
+    ReportOutcomeRequest request;
+    ReportOutcomeResponse answer;
+    absl::Status status = ParseRequest(in_, &request);
+    if (status.ok()) status = service_->Report(request, &answer);
+    if (status.ok()) {
+      ++accepted_;
+    } else {
+      if (refused_++ == 0) first_refusal_ = absl::StrCat("outcomes[", accepted_ + refused_ - 1, "]: ", status.message());
+    }
+    StartRead(&in_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Refuse(const absl::Status& status) {
+    call_->AddTrailingMetadata(kAnsweredTrailer, "1");
+    Finish(ToGrpcStatus(status));
+  }
+
+  DecisionService* const service_;
+  const ServiceContext ctx_;
+  grpc::CallbackServerContext* const call_;
+  grpc::ByteBuffer* const response_;
+  grpc::ByteBuffer in_;
+  uint32_t accepted_ = 0;
+  uint32_t refused_ = 0;
+  std::string first_refusal_;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* DecisionService::StreamOutcomes(grpc::CallbackServerContext* ctx,
+                                                                           grpc::ByteBuffer* response) {
+  return new OutcomeStream(this, ctx_, ctx, response);
+}
+
 absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetResponse* resp) {
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   if (req.exclude_targets_size() > static_cast<int>(kMaxChainTargets)) {

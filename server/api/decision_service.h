@@ -15,7 +15,8 @@ using DecisionServiceBase =
     DecisionGrpc::WithRawCallbackMethod_ReportOutcome<
     DecisionGrpc::WithRawCallbackMethod_Probe<
     DecisionGrpc::WithRawCallbackMethod_WatchEvents<
-    DecisionGrpc::Service>>>>;
+    DecisionGrpc::WithRawCallbackMethod_StreamOutcomes<
+    DecisionGrpc::Service>>>>>;
 
 class DecisionService final : public DecisionServiceBase {
  public:
@@ -30,6 +31,8 @@ class DecisionService final : public DecisionServiceBase {
                                   grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchEvents(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* StreamOutcomes(grpc::CallbackServerContext* ctx,
+                                                            grpc::ByteBuffer* response) override;
 
   // The handlers without the call around them (the fuzzers call these).
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);

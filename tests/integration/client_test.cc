@@ -220,5 +220,52 @@ TEST(FailureFromCurlTest, RealCurlFailuresAreClassifiedByFailoverd) {
   close(silent_fd);
 }
 
+// StreamOutcomes: many reports in one call, each handled as ReportOutcome
+// would be; a bad one is counted and named, the rest still count.
+TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  v1::ApplyRequest config;
+  config.add_targets()->set_name("a");
+  config.add_targets()->set_name("b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  chain->mutable_policy()->mutable_trip()->set_errors(2);
+  {
+    grpc::ClientContext ctx;
+    v1::ApplyResponse resp;
+    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
+  }
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  grpc::ClientContext ctx;
+  v1::StreamOutcomesResponse summary;
+  auto writer = decide->StreamOutcomes(&ctx, &summary);
+  for (const char* target : {"a", "", "a"}) {  // two failures of a, one report without a target
+    v1::ReportOutcomeRequest r;
+    r.set_chain("ch");
+    r.set_target(target);
+    r.mutable_failure()->set_http_status(503);
+    ASSERT_TRUE(writer->Write(r));
+  }
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(summary.accepted(), 2u);
+  EXPECT_EQ(summary.refused(), 1u);
+  EXPECT_EQ(summary.first_refusal(), "outcomes[1]: target: must not be empty");
+  // Both failures counted: a tripped at its threshold of 2.
+  v1::GetTargetRequest get;
+  get.set_name("a");
+  v1::TargetView a;
+  grpc::ClientContext get_ctx;
+  ASSERT_TRUE(admin->GetTarget(&get_ctx, get, &a).ok());
+  EXPECT_EQ(a.status().health(), v1::HEALTH_STATE_DOWN);
+}
+
 }  // namespace
 }  // namespace failover::testing

@@ -405,13 +405,14 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
   EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(DoAll(SetArgPointee<2>(Plan({"a"})), Return(grpc::Status::OK)));
   now = now.load() + absl::Seconds(1);  // the backoff is over
   EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).ok);
+  // Delivery is asynchronous: wait (with a deadline) for all five to arrive.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (client.buffered_reports() > 0 && std::chrono::steady_clock::now() < deadline) {
+  while (sent_by_client.load() < 5 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(client.buffered_reports(), 0u);
   EXPECT_EQ(sent_by_client.load(), 5);  // the backlog, by the client's thread
   EXPECT_EQ(sent_by_caller.load(), 1);  // the request's own report only
+  EXPECT_EQ(client.buffered_reports(), 0u);
 }
 
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {

@@ -3,15 +3,19 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
-
-#include <atomic>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -201,6 +205,28 @@ TEST(ServerLifecycleTest, BadFlagIsAUsageErrorNamingTheFlag) {
   EXPECT_NE(soon.exit_code, 0);
   EXPECT_THAT(soon.err, ::testing::HasSubstr("--shutdown-grace: must be a number of SECONDS or a duration"));
   EXPECT_NE(RunCommand({FailoverdBinary(), "--config-poll", "inf"}).exit_code, 0);
+}
+
+// Every flag failoverd takes is in the README's flags table.
+TEST(ServerLifecycleTest, TheReadmeDocumentsEveryFlag) {
+  CommandResult help = RunCommand({FailoverdBinary(), "--help"});
+  ASSERT_EQ(help.exit_code, 0);
+  std::ifstream in(ReadmePath());
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(readme.empty());
+  int flags = 0;
+  for (absl::string_view line : absl::StrSplit(help.out, '\n')) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::StartsWith(line, "--") || absl::StartsWith(line, "--help")) continue;
+    const std::string flag(line.substr(0, line.find_first_of(" ,=")));
+    ++flags;
+    bool in_table = false;
+    for (absl::string_view row : absl::StrSplit(readme, '\n')) {
+      in_table |= absl::StartsWith(row, "| `--") && absl::StrContains(row, absl::StrCat("`", flag, "`"));
+    }
+    EXPECT_TRUE(in_table) << flag << " is not in the README's flags table";
+  }
+  EXPECT_GT(flags, 20);
 }
 
 TEST(ServerLifecycleTest, EveryHelpPageHasAnExample) {

@@ -86,6 +86,8 @@ TempDir::~TempDir() {
 }
 
 std::string FailoverdBinary() { return FAILOVERD_BIN; }
+std::string ReadmePath() { return README_MD; }
+
 std::string FailoverctlBinary() { return FAILOVERCTL_BIN; }
 
 FailoverdProcess::FailoverdProcess(Options options) : options_(std::move(options)) {}

@@ -66,6 +66,8 @@ int FreePort();
 // The path of a binary built next to the tests (from compile definitions).
 std::string FailoverdBinary();
 std::string FailoverctlBinary();
+// The project's README (tests that check it documents what the binaries do).
+std::string ReadmePath();
 
 // A background child process (for example a probe agent), stopped when destroyed.
 class ChildProcess {

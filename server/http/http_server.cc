@@ -293,8 +293,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
             return sink.write(chunk.data(), chunk.size());
           }
           if (raw->stopping_) return false;
-          std::optional<std::string> next = feed->Next(std::chrono::milliseconds(
-              std::chrono::duration_cast<std::chrono::milliseconds>(kKeepalive)));
+          std::optional<std::string> next = feed->Next(std::chrono::duration_cast<std::chrono::milliseconds>(kKeepalive));
           if (!next.has_value()) {
             // The watch ended (failoverd stopping, a refused filter): say why, then end.
             const std::string ended = absl::StrCat("event: error\ndata: ", Gateway::Error(feed->status()).body, "\n");

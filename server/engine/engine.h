@@ -360,6 +360,18 @@ class Engine {
   // longer fits the config); none for a clean restore.
   [[nodiscard]] absl::StatusOr<Events> Restore(const RestoredState& state, absl::Time now);
 
+  // --- following another engine (DESIGN 3.13) ---
+  // Applies a Change another engine made (failoverd's, seen through
+  // FollowState), after Restore from that engine's state and the Changes
+  // before it: config, pins, manual failovers and the health and chain records
+  // become what they are there. Decides nothing, emits nothing. An engine that
+  // follows is told SetAcceptingChanges(false), so its own picks and reports
+  // make no transitions: those are the followed engine's to make. A change
+  // whose config is invalid is refused whole (INVALID_ARGUMENT).
+  [[nodiscard]] absl::Status ApplyChange(const Change& change, absl::Time now);
+  // The sequence the next event will get (here or, following, there).
+  uint64_t next_sequence() const;
+
   // --- config ---
   [[nodiscard]] absl::StatusOr<ApplyResult> Apply(const ConfigChange& change, const ApplyOptions& options,
                                                   absl::Time now);
@@ -499,7 +511,7 @@ class Engine {
   std::unique_ptr<DecisionStore> decisions_;
 
   // Lock order: writer_mu_, then a target or chain lock, then nothing.
-  std::mutex writer_mu_;
+  mutable std::mutex writer_mu_;
   uint64_t next_sequence_ = 1;  // guarded by writer_mu_
   std::atomic<bool> accepting_{true};
   std::mutex random_mu_;

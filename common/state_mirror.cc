@@ -1,0 +1,66 @@
+#include "common/state_mirror.h"
+
+#include <algorithm>
+
+namespace failover {
+
+StateMirror::StateMirror(const RestoredState& start)
+    : generation_(start.generation),
+      pins_(start.pins),
+      manual_(start.manual),
+      next_sequence_(start.next_sequence) {
+  for (const TargetConfig& t : start.targets) targets_[t.name] = t;
+  for (const ChainConfig& c : start.chains) chains_[c.name] = c;
+  for (const TargetStateRecord& r : start.health) health_[r.name] = r;
+  for (const ChainStateRecord& r : start.chain_states) chain_states_[r.name] = r;
+}
+
+void StateMirror::Apply(const Change& change) {
+  if (change.config_generation != 0) {
+    for (const TargetConfig& t : change.put_targets) targets_[t.name] = t;
+    for (const ChainConfig& c : change.put_chains) chains_[c.name] = c;
+    for (const std::string& name : change.deleted_targets) {
+      targets_.erase(name);
+      health_.erase(name);
+      manual_.erase(name);
+    }
+    for (const std::string& name : change.deleted_chains) {
+      chains_.erase(name);
+      chain_states_.erase(name);
+      pins_.erase(name);
+    }
+    generation_ = change.config_generation;
+  }
+  for (const PinRecord& p : change.pins) {
+    if (p.target.empty()) {
+      pins_.erase(p.chain);
+    } else {
+      pins_[p.chain] = p.target;
+    }
+  }
+  for (const ManualFailoverRecord& m : change.manual) {
+    if (m.active) {
+      manual_[m.target] = RestoredManual{m.reason, m.since};
+    } else {
+      manual_.erase(m.target);
+    }
+  }
+  for (const TargetStateRecord& r : change.targets) health_[r.name] = r;
+  for (const ChainStateRecord& r : change.chains) chain_states_[r.name] = r;
+  next_sequence_ = std::max(next_sequence_, change.next_sequence);
+}
+
+RestoredState StateMirror::State() const {
+  RestoredState s;
+  s.generation = generation_;
+  for (const auto& [_, t] : targets_) s.targets.push_back(t);
+  for (const auto& [_, c] : chains_) s.chains.push_back(c);
+  s.pins = pins_;
+  s.manual = manual_;
+  for (const auto& [_, r] : health_) s.health.push_back(r);
+  for (const auto& [_, r] : chain_states_) s.chain_states.push_back(r);
+  s.next_sequence = next_sequence_;
+  return s;
+}
+
+}  // namespace failover

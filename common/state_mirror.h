@@ -1,0 +1,35 @@
+// The sum of Changes (common/change.h) kept as plain records: what storage
+// would read back, held in memory. failoverd keeps one beside its engine so a
+// FollowState stream can start from exactly the state its published Changes
+// add up to, then carry on with the Changes after it (DESIGN 3.13).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/change.h"
+
+namespace failover {
+
+class StateMirror {
+ public:
+  explicit StateMirror(const RestoredState& start = {});
+
+  // Adds one Change, with the meaning storage gives it (Store::Write).
+  void Apply(const Change& change);
+  // The state as storage would restore it.
+  RestoredState State() const;
+  uint64_t next_sequence() const { return next_sequence_; }
+
+ private:
+  uint64_t generation_ = 0;
+  std::map<std::string, TargetConfig> targets_;
+  std::map<std::string, ChainConfig> chains_;
+  std::map<std::string, std::string> pins_;
+  std::map<std::string, RestoredManual> manual_;
+  std::map<std::string, TargetStateRecord> health_;
+  std::map<std::string, ChainStateRecord> chain_states_;
+  uint64_t next_sequence_ = 1;
+};
+
+}  // namespace failover

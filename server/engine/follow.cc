@@ -1,0 +1,112 @@
+// Following changes made by another engine (DESIGN 3.13, 3.12): a client that
+// decides locally applies failoverd's Changes here, in order. The records in a
+// Change are absolute (each is the state as the change left it), so applying
+// one sets state; nothing is decided, no event is made, no Change is emitted.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/engine/engine.h"
+#include "server/engine/engine_internal.h"
+#include "server/engine/validate.h"
+
+namespace failover {
+
+using namespace internal;  // NOLINT: the engine's own helpers
+
+absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  std::shared_ptr<const Snapshot> snap = Load();
+  std::set<std::string> touched;  // targets whose effective state may have moved
+  for (const ManualFailoverRecord& m : change.manual) touched.insert(m.target);
+  for (const TargetStateRecord& r : change.targets) touched.insert(r.name);
+  if (change.config_generation != 0) {
+    std::map<std::string, TargetConfig> targets;
+    std::map<std::string, ChainConfig> chains;
+    for (const TargetEntry& t : snap->targets) targets[t.config.name] = t.config;
+    for (const ChainEntry& c : snap->chains) chains[c.config.name] = c.config;
+    for (const std::string& name : change.deleted_targets) targets.erase(name);
+    for (const std::string& name : change.deleted_chains) chains.erase(name);
+    for (size_t i = 0; i < change.put_targets.size(); ++i) {
+      RETURN_IF_ERROR(ValidateTarget(change.put_targets[i], absl::StrCat("put_targets[", i, "]")));
+      targets[change.put_targets[i].name] = change.put_targets[i];
+    }
+    for (size_t i = 0; i < change.put_chains.size(); ++i) chains[change.put_chains[i].name] = change.put_chains[i];
+    std::vector<TargetConfig> target_list;
+    std::vector<ChainConfig> chain_list;
+    for (auto& [_, t] : targets) target_list.push_back(std::move(t));
+    for (auto& [_, c] : chains) {
+      // (The map still has every target's name; only the configs moved out.)
+      RETURN_IF_ERROR(ValidateChain(c, absl::StrCat("chain \"", c.name, "\""),
+                                    [&](const std::string& n) { return targets.count(n) != 0 ? "target" : ""; }));
+      chain_list.push_back(std::move(c));
+    }
+    std::shared_ptr<Snapshot> next =
+        BuildSnapshot(std::move(target_list), std::move(chain_list), change.config_generation, snap.get());
+    {
+      std::lock_guard<std::shared_mutex> lock(snapshot_mu_);
+      snapshot_ = next;
+    }
+    for (const TargetEntry& t : next->targets) {
+      touched.insert(t.config.name);
+      std::lock_guard<std::mutex> lock(t.rt->mu);
+      if (t.config_generation == next->generation) t.rt->VoidLease();
+    }
+    snap = std::move(next);
+  }
+  for (const ManualFailoverRecord& m : change.manual) {
+    const TargetEntry* t = snap->FindTarget(m.target);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->manual = m.active;
+    t->rt->manual_reason = m.active ? m.reason : "";
+    t->rt->manual_since = m.active ? m.since : absl::InfinitePast();
+    t->rt->VoidLease();
+  }
+  for (const TargetStateRecord& r : change.targets) {
+    const TargetEntry* t = snap->FindTarget(r.name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    t->rt->health.Restore(r.automatic, r.since, r.trips, r.recovery_passes);
+    t->rt->source = r.source;
+    t->rt->reason = r.reason;
+    t->rt->last_error = r.last_error;
+    t->rt->last_error_time = r.last_error_time;
+    t->rt->last_probe = r.last_probe;
+  }
+  Events ignored;  // the events were failoverd's; it numbered and published them
+  for (const std::string& name : touched) {
+    const TargetEntry* t = snap->FindTarget(name);
+    if (t == nullptr) continue;
+    std::lock_guard<std::mutex> lock(t->rt->mu);
+    PublishLocked(*t, t->rt->Effective(), t->rt->source, t->rt->reason, now, &ignored);
+  }
+  for (const ChainStateRecord& r : change.chains) {
+    const ChainEntry* c = snap->FindChain(r.name);
+    if (c == nullptr || PositionIn(*c, *snap, r.active) < 0) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->initialized = true;
+    c->rt->active = r.active;
+    c->rt->active_position_generation = 0;  // recompute on next use
+    c->rt->state = r.state;
+    c->rt->active_since = r.active_since;
+    c->rt->last_switch = r.last_switch;
+  }
+  for (const PinRecord& p : change.pins) {
+    const ChainEntry* c = snap->FindChain(p.chain);
+    if (c == nullptr) continue;
+    std::lock_guard<std::mutex> lock(c->rt->mu);
+    c->rt->pinned = p.target;
+  }
+  next_sequence_ = std::max(next_sequence_, change.next_sequence);
+  return absl::OkStatus();
+}
+
+uint64_t Engine::next_sequence() const {
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  return next_sequence_;
+}
+
+}  // namespace failover

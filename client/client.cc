@@ -111,13 +111,14 @@ size_t Client::buffered_reports() const {
   return buffered_.size();
 }
 
-void Client::Buffer(v1::ReportOutcomeRequest req) {
+size_t Client::Buffer(v1::ReportOutcomeRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   buffered_.push_back(std::move(req));
   while (buffered_.size() > options_.max_buffered_reports) {
     buffered_.pop_front();
     ++dropped_;
   }
+  return buffered_.size();
 }
 
 size_t Client::dropped_reports() const {
@@ -148,6 +149,23 @@ bool Client::SkippingFailoverd() {
 
 Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,
                             std::string* refusal) {
+  if (options_.local != nullptr && options_.local->Ready()) {
+    const grpc::Status s = options_.local->Report(req, resp);
+    if (!s.ok()) {
+      *refusal = s.error_message();
+      return Sent::kRefused;
+    }
+    // failoverd counts it too and decides whether the target trips; the
+    // verdict above came from the local copy. The local decision id means
+    // nothing to failoverd: the chain names the context.
+    v1::ReportOutcomeRequest copy = req;
+    copy.clear_decision_id();
+    const size_t backlog = Buffer(std::move(copy));
+    // A failure may trip the target, which should reach every caller soon; a
+    // full batch goes before the buffer could overflow.
+    if (req.has_failure() || backlog >= kBatch) WakeFlusher();
+    return Sent::kDelivered;
+  }
   if (SkippingFailoverd()) return Sent::kUnreachable;
   grpc::ClientContext ctx;
   PrepareContext(options_.connection, &ctx);
@@ -392,12 +410,14 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   PrepareContext(options_.connection, &ctx);
   // failoverd did not answer a moment ago: go fail-static at once rather than
   // wait out another deadline.
-  const bool skipped = SkippingFailoverd();
-  const grpc::Status picked = skipped
-                                  ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd did not answer recently")
-                                  : stub_->PickTarget(&ctx, pick, &plan);
-  const bool unreachable = !picked.ok() && (skipped || Unreachable(picked, ctx));
-  if (!skipped) NoteReached(!unreachable);
+  const bool local = options_.local != nullptr && options_.local->Ready();
+  const bool skipped = !local && SkippingFailoverd();
+  const grpc::Status picked = local     ? options_.local->Pick(pick, &plan)
+                              : skipped ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd did not answer recently")
+                                        : stub_->PickTarget(&ctx, pick, &plan);
+  result.decided_locally = local;
+  const bool unreachable = !local && !picked.ok() && (skipped || Unreachable(picked, ctx));
+  if (!skipped && !local) NoteReached(!unreachable);
   if (!picked.ok()) {
     if (!unreachable) {
       result.error = picked.error_message();

@@ -91,10 +91,30 @@ struct LoopResult {
   std::string error;  // why the request failed (failoverd's FAIL message, or every failure when static)
   std::vector<AttemptRecord> attempts;
   bool fail_static = false;  // some or all of the loop ran without failoverd
+  bool decided_locally = false;  // the plan came from ClientOptions::local's copy of the state
+};
+
+// Decisions made in the caller's process instead of by a call to failoverd
+// (local decisions, client/local_decisions.h). Answers PickTarget and
+// ReportOutcome as failoverd would from its copy of failoverd's state.
+class LocalDecider {
+ public:
+  virtual ~LocalDecider() = default;
+  // False until the first copy of the state arrived: calls go to failoverd.
+  virtual bool Ready() const = 0;
+  // How old the copy may be: zero while it follows failoverd live, the time
+  // since it lost failoverd otherwise, InfiniteDuration before the first copy.
+  virtual absl::Duration Staleness() const = 0;
+  virtual grpc::Status Pick(const v1::PickTargetRequest& req, v1::PickTargetResponse* resp) = 0;
+  virtual grpc::Status Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) = 0;
 };
 
 struct ClientOptions {
   ConnectionOptions connection;  // deadline and token for each call
+  // Local decisions: once it is Ready, plans and verdicts come from it, and
+  // every report goes to failoverd from the background flusher (failures at
+  // once, in batches), which decides trips and recoveries for all callers.
+  std::shared_ptr<LocalDecider> local;
   size_t max_buffered_reports = 1000;
   // Buffered reports are sent by one thread of the client's own, every
   // flush_interval and as soon as failoverd answers again: requests never
@@ -135,6 +155,9 @@ class Client {
   // The same, with the attempt's context and options (hedging).
   LoopResult Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options);
 
+  // The local decisions given in the options (null: every decision is failoverd's).
+  LocalDecider* local() const { return options_.local.get(); }
+
   size_t buffered_reports() const;
   // Reports dropped because the buffer was full (the oldest go first).
   size_t dropped_reports() const;
@@ -146,7 +169,8 @@ class Client {
   // kRefused: failoverd answered with an error (in `refusal`); it would never
   // accept the report, so it is not buffered.
   Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal);
-  void Buffer(v1::ReportOutcomeRequest req);
+  // Returns the backlog's size.
+  size_t Buffer(v1::ReportOutcomeRequest req);
   // Moves `target` to the front of the cached order: the next fail-static run
   // starts where the last request was served, as failoverd's active target would.
   void Promote(const std::string& chain, const std::string& target);

@@ -11,6 +11,7 @@
 #include "prometheus/registry.h"
 #include "server/api/admin_service.h"
 #include "server/api/auth.h"
+#include "server/api/change_feed.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
 #include "server/api/health_service.h"
@@ -81,9 +82,11 @@ absl::Status Daemon::Start() {
   events_ = std::make_unique<api::EventLog>(1000, restored->next_sequence - 1);
   auto recent = store_->RecentEvents(1000);
   if (recent.ok()) events_->Preload(std::move(recent).value());
+  changes_ = std::make_unique<api::ChangeFeed>(*restored);
   committer_ = std::make_unique<Committer>(
       [this](const std::vector<const Change*>& changes) { return store_->Write(changes); },
       [this](const Change& change) {
+        changes_->Publish(change);
         events_->Publish(change.events);
         metrics_->OnEvents(change.events);
       },
@@ -153,6 +156,7 @@ absl::Status Daemon::Start() {
   context.engine = engine_.get();
   context.clock = &clock_;
   context.events = events_.get();
+  context.changes = changes_.get();
   context.committer = committer_.get();
   context.metrics = metrics_.get();
   context.auth = auth_.get();
@@ -166,7 +170,9 @@ absl::Status Daemon::Start() {
   watch.history = [this](uint64_t after, size_t limit, bool* complete) {
     return store_->EventsAfter(after, limit, complete);
   };
-  decision_service_ = std::make_unique<api::DecisionService>(context, watch);
+  api::FollowOptions follow;
+  follow.max_followers = flags_.max_watchers;
+  decision_service_ = std::make_unique<api::DecisionService>(context, watch, follow);
   admin_service_ = std::make_unique<api::AdminService>(context);
 
   // Our own health service (its Watch streams are capped), not gRPC's default.
@@ -250,6 +256,7 @@ absl::Status Daemon::Stop() {
       SetServingLocked(false);
     }
     if (events_) events_->CloseWatchers();
+    if (changes_) changes_->CloseFollowers();
     if (http_) http_->Stop();  // its event streams ended with the watchers
     health_service_->Shutdown();
     server_->Shutdown(std::chrono::system_clock::now() +

@@ -33,6 +33,7 @@ class AdminService;
 class Authorizer;
 class DecisionService;
 class EventLog;
+class ChangeFeed;
 class HealthService;
 class Metrics;
 class ProcessCollector;
@@ -70,6 +71,7 @@ class Daemon {
   std::shared_ptr<api::StateCollector> state_gauges_;
   std::shared_ptr<api::ProcessCollector> process_metrics_;
   std::unique_ptr<api::EventLog> events_;
+  std::unique_ptr<api::ChangeFeed> changes_;  // FollowState
   std::unique_ptr<Committer> committer_;
   std::unique_ptr<ConfigReloader> reloader_;
   std::unique_ptr<Ticker> ticker_;

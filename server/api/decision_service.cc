@@ -46,6 +46,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::C
   return stream;
 }
 
+grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::FollowState(grpc::CallbackServerContext* ctx,
+                                                                         const grpc::ByteBuffer* in) {
+  failover::v1::FollowStateRequest request;
+  absl::Status allowed = ctx_.Authorize(*ctx, Role::kDecide);
+  if (allowed.ok()) allowed = ParseRequest(*in, &request);
+  if (allowed.ok() && ctx_.changes == nullptr) allowed = absl::UnimplementedError("this failoverd has no change feed");
+  return FollowStream::Start(ctx_.changes, follow_, allowed);
+}
+
 namespace {
 
 // One StreamOutcomes call: reads reports one at a time and hands each to

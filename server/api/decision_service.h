@@ -2,6 +2,7 @@
 #pragma once
 
 #include "failover/v1/decision.grpc.pb.h"
+#include "server/api/change_feed.h"
 #include "server/api/service_context.h"
 #include "server/api/watch_stream.h"
 
@@ -16,12 +17,13 @@ using DecisionServiceBase =
     DecisionGrpc::WithRawCallbackMethod_Probe<
     DecisionGrpc::WithRawCallbackMethod_WatchEvents<
     DecisionGrpc::WithRawCallbackMethod_StreamOutcomes<
-    DecisionGrpc::Service>>>>>;
+    DecisionGrpc::WithRawCallbackMethod_FollowState<
+    DecisionGrpc::Service>>>>>>;
 
 class DecisionService final : public DecisionServiceBase {
  public:
-  DecisionService(ServiceContext ctx, WatchOptions watch)
-      : ctx_(ctx), watch_(std::move(watch)), worker_(ctx_, watch_.stall_timeout / 4) {}
+  DecisionService(ServiceContext ctx, WatchOptions watch, FollowOptions follow = {})
+      : ctx_(ctx), watch_(std::move(watch)), follow_(follow), worker_(ctx_, watch_.stall_timeout / 4) {}
 
   grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
@@ -33,6 +35,8 @@ class DecisionService final : public DecisionServiceBase {
                                                           const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamOutcomes(grpc::CallbackServerContext* ctx,
                                                             grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* FollowState(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* request) override;
 
   // The handlers without the call around them (the fuzzers call these).
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
@@ -42,6 +46,7 @@ class DecisionService final : public DecisionServiceBase {
  private:
   ServiceContext ctx_;
   WatchOptions watch_;
+  FollowOptions follow_;
   WatchWorker worker_;  // snapshots and stalled watchers
 };
 

@@ -13,10 +13,14 @@
 
 namespace failover::api {
 
+class ChangeFeed;
+
 struct ServiceContext {
   Engine* engine = nullptr;
   const Clock* clock = nullptr;
   EventLog* events = nullptr;
+  // Where FollowState streams come from; null: FollowState is UNIMPLEMENTED.
+  ChangeFeed* changes = nullptr;
   // Where the engine's Changes become durable; an RPC answers once its own
   // are. Null (tests of the handlers alone): nothing is waited for.
   Committer* committer = nullptr;

@@ -23,18 +23,7 @@ TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
   ASSERT_TRUE(proc->Start(&error)) << error;
   auto channel = proc->Channel();
   auto admin = v1::AdminService::NewStub(channel);
-  v1::ApplyRequest config;
-  config.add_targets()->set_name("a");
-  config.add_targets()->set_name("b");
-  v1::Chain* chain = config.add_chains();
-  chain->set_name("ch");
-  chain->add_targets("a");
-  chain->add_targets("b");
-  {
-    grpc::ClientContext ctx;
-    v1::ApplyResponse resp;
-    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
-  }
+  ASSERT_TRUE(ApplyConfig(admin.get(), TwoTargetConfig()).ok());
   client::ClientOptions options;
   options.connection.timeout_seconds = 2;
   client::Client client(v1::DecisionService::NewStub(channel), options);
@@ -97,13 +86,7 @@ TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
     grpc::ClientContext ctx;
     return ((*admin).*method)(&ctx, req, resp);
   };
-  v1::ApplyRequest config;
-  config.add_targets()->set_name("a");
-  config.add_targets()->set_name("b");
-  v1::Chain* chain = config.add_chains();
-  chain->set_name("ch");
-  chain->add_targets("a");
-  chain->add_targets("b");
+  v1::ApplyRequest config = TwoTargetConfig();
   v1::ApplyResponse applied;
   ASSERT_TRUE(call(&v1::AdminService::Stub::Apply, config, &applied).ok());
 
@@ -169,19 +152,9 @@ TEST(FailureFromCurlTest, RealCurlFailuresAreClassifiedByFailoverd) {
   std::string error;
   ASSERT_TRUE(proc.Start(&error)) << error;
   auto admin = v1::AdminService::NewStub(proc.Channel());
-  v1::ApplyRequest config;
-  config.add_targets()->set_name("a");
-  config.add_targets()->set_name("b");
-  v1::Chain* chain = config.add_chains();
-  chain->set_name("ch");
-  chain->add_targets("a");
-  chain->add_targets("b");
-  chain->mutable_policy()->mutable_trip()->set_errors(100);  // keep a in the plan
-  {
-    grpc::ClientContext ctx;
-    v1::ApplyResponse resp;
-    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
-  }
+  v1::ApplyRequest config = TwoTargetConfig();
+  config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(100);  // keep a in the plan
+  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
   // Nothing listens on a free port: connection refused. A socket that is
   // listening but never answers: a timeout.
   const int closed = FreePort();
@@ -230,19 +203,9 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
   std::string error;
   ASSERT_TRUE(proc.Start(&error)) << error;
   auto admin = v1::AdminService::NewStub(proc.Channel());
-  v1::ApplyRequest config;
-  config.add_targets()->set_name("a");
-  config.add_targets()->set_name("b");
-  v1::Chain* chain = config.add_chains();
-  chain->set_name("ch");
-  chain->add_targets("a");
-  chain->add_targets("b");
-  chain->mutable_policy()->mutable_trip()->set_errors(2);
-  {
-    grpc::ClientContext ctx;
-    v1::ApplyResponse resp;
-    ASSERT_TRUE(admin->Apply(&ctx, config, &resp).ok());
-  }
+  v1::ApplyRequest config = TwoTargetConfig();
+  config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(2);
+  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
   auto decide = v1::DecisionService::NewStub(proc.Channel());
   grpc::ClientContext ctx;
   v1::StreamOutcomesResponse summary;

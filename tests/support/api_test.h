@@ -36,6 +36,25 @@ bool Eventually(F check) {
   return check();
 }
 
+// Chain "ch" of targets "a" and "b", the config most client tests start from.
+inline v1::ApplyRequest TwoTargetConfig() {
+  v1::ApplyRequest config;
+  config.add_targets()->set_name("a");
+  config.add_targets()->set_name("b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  return config;
+}
+
+inline grpc::Status ApplyConfig(v1::AdminService::StubInterface* admin, const v1::ApplyRequest& config) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ApplyResponse resp;
+  return admin->Apply(&ctx, config, &resp);
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   // Starts (or restarts) failoverd on this test's data dir.

@@ -1,0 +1,169 @@
+#include "client/local_decisions.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "client/connection.h"
+#include "common/clock.h"
+#include "proto/state_convert.h"
+#include "server/api/decision_service.h"
+#include "server/api/status_convert.h"
+#include "server/engine/engine.h"
+
+namespace failover::client {
+
+struct LocalDecisions::Copy {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<api::DecisionService> service;  // failoverd's own handlers, on `engine`
+};
+
+LocalDecisions::LocalDecisions(std::shared_ptr<v1::DecisionService::StubInterface> stub, ConnectionOptions connection,
+                               LocalOptions options)
+    : stub_(std::move(stub)),
+      connection_(std::move(connection)),
+      options_(options),
+      clock_(std::make_unique<RealClock>()),
+      thread_([this] { Follow(); }) {}
+
+LocalDecisions::~LocalDecisions() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (stream_ != nullptr) stream_->TryCancel();
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<LocalDecisions::Copy> LocalDecisions::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copy_;
+}
+
+bool LocalDecisions::Ready() const { return Current() != nullptr; }
+
+grpc::Status LocalDecisions::Pick(const v1::PickTargetRequest& req, v1::PickTargetResponse* resp) {
+  std::shared_ptr<Copy> copy = Current();
+  if (copy == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no copy of failoverd's state yet");
+  return api::ToGrpcStatus(copy->service->Pick(req, resp));
+}
+
+grpc::Status LocalDecisions::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
+  std::shared_ptr<Copy> copy = Current();
+  if (copy == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no copy of failoverd's state yet");
+  return api::ToGrpcStatus(copy->service->Report(req, resp));
+}
+
+absl::Duration LocalDecisions::Staleness() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (copy_ == nullptr) return absl::InfiniteDuration();
+  if (connected_) return absl::ZeroDuration();
+  return clock_->Now() - broke_at_;
+}
+
+uint64_t LocalDecisions::next_sequence() const {
+  std::shared_ptr<Copy> copy = Current();
+  return copy == nullptr ? 0 : copy->engine->next_sequence();
+}
+
+bool LocalDecisions::WaitForSequence(uint64_t sequence, absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+    return copy_ != nullptr && copy_->engine->next_sequence() >= sequence;
+  });
+}
+
+std::string LocalDecisions::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+void LocalDecisions::Follow() {
+  absl::Duration wait = options_.retry_min;
+  while (true) {
+    grpc::ClientContext ctx;
+    ConnectionOptions no_deadline = connection_;
+    no_deadline.timeout_seconds = 0;  // the stream stays open
+    PrepareContext(no_deadline, &ctx);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      stream_ = &ctx;
+    }
+    const uint64_t loads_before = loads();
+    const grpc::Status ended = FollowOnce(&ctx);
+    std::unique_lock<std::mutex> lock(mu_);
+    stream_ = nullptr;
+    if (connected_) broke_at_ = clock_->Now();
+    connected_ = false;
+    last_error_ = absl::StrCat(ended.error_code(), ": ", ended.error_message());
+    // A stream that delivered a state was healthy: follow again soon.
+    wait = loads() > loads_before ? options_.retry_min : std::min(wait * 2, options_.retry_max);
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(wait), [&] { return stop_; });
+    if (stop_) return;
+  }
+}
+
+grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
+  std::unique_ptr<grpc::ClientReaderInterface<v1::StateUpdate>> reader =
+      stub_->FollowState(ctx, v1::FollowStateRequest());
+  // A copy that cannot take what failoverd sent is dropped: following again
+  // starts from a fresh state rather than deciding from a wrong one.
+  auto give_up = [&](const std::string& why) {
+    ctx->TryCancel();
+    grpc::Status finished = reader->Finish();
+    (void)finished;
+    return grpc::Status(grpc::StatusCode::INTERNAL, why);
+  };
+  v1::StateUpdate update;
+  RestoredState pending;
+  size_t parts = 0;
+  std::shared_ptr<Copy> copy;  // the one this stream loaded
+  while (reader->Read(&update)) {
+    if (update.has_state()) {
+      absl::Status added = api::AddStatePart(update.state(), parts++, &pending);
+      if (!added.ok()) return give_up(std::string(added.message()));
+      if (update.state().more()) continue;
+      auto fresh = std::make_shared<Copy>();
+      fresh->engine = std::make_unique<Engine>();
+      fresh->engine->SetAcceptingChanges(false, "this engine follows failoverd, which makes every change");
+      absl::StatusOr<Events> restored = fresh->engine->Restore(pending, clock_->Now());
+      if (!restored.ok()) return give_up(absl::StrCat("cannot load failoverd's state: ", restored.status().message()));
+      api::ServiceContext context;
+      context.engine = fresh->engine.get();
+      context.clock = clock_.get();
+      fresh->service = std::make_unique<api::DecisionService>(context, api::WatchOptions());
+      pending = RestoredState();
+      parts = 0;
+      copy = fresh;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        copy_ = std::move(fresh);
+        connected_ = true;
+      }
+      loads_.fetch_add(1, std::memory_order_relaxed);
+      changed_.notify_all();
+    } else if (update.has_change()) {
+      if (copy == nullptr) return give_up("a change arrived before the state it follows");
+      absl::StatusOr<Change> change = api::ChangeFromProto(update.change());
+      if (!change.ok()) return give_up(std::string(change.status().message()));
+      const absl::Status applied = copy->engine->ApplyChange(*change, clock_->Now());
+      if (!applied.ok()) return give_up(absl::StrCat("cannot apply a change: ", applied.message()));
+      {
+        std::lock_guard<std::mutex> lock(mu_);  // so WaitForSequence cannot miss the wakeup
+      }
+      changed_.notify_all();
+    }
+  }
+  return reader->Finish();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectLocal(ClientOptions options, LocalOptions local) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = OpenChannel(options.connection);
+  if (!channel.ok()) return channel.status();
+  std::shared_ptr<v1::DecisionService::StubInterface> stub = v1::DecisionService::NewStub(*channel);
+  options.local = std::make_shared<LocalDecisions>(stub, options.connection, local);
+  return std::make_unique<Client>(std::move(stub), std::move(options));
+}
+
+}  // namespace failover::client

@@ -1,0 +1,154 @@
+#include "server/api/change_feed.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "proto/state_convert.h"
+#include "server/api/status_convert.h"
+#include "server/api/wire.h"
+
+namespace failover::api {
+
+void ChangeFeed::Publish(const Change& change) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mirror_.Apply(change);
+  if (followers_.empty()) return;
+  v1::StateUpdate update;
+  ChangeToProto(change, update.mutable_change());
+  grpc::ByteBuffer wire;
+  if (!SerializeMessage(update, &wire).ok()) return;
+  const size_t bytes = update.ByteSizeLong();
+  for (Follower* f : followers_) f->Deliver(wire, bytes);
+}
+
+absl::StatusOr<std::vector<grpc::ByteBuffer>> ChangeFeed::Subscribe(Follower* f, size_t max_followers,
+                                                                   size_t part_bytes) {
+  RestoredState state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return absl::UnavailableError("failoverd is shutting down");
+    if (followers_.size() >= max_followers) {
+      return absl::ResourceExhaustedError(absl::StrCat("at most ", max_followers, " FollowState streams at once"));
+    }
+    state = mirror_.State();  // every Change after this one reaches f
+    followers_.push_back(f);
+  }
+  std::vector<grpc::ByteBuffer> parts;
+  for (v1::FollowedState& part : StateToProto(state, part_bytes)) {
+    v1::StateUpdate update;
+    *update.mutable_state() = std::move(part);
+    parts.emplace_back();
+    if (absl::Status s = SerializeMessage(update, &parts.back()); !s.ok()) {
+      Unsubscribe(f);
+      return s;
+    }
+  }
+  return parts;
+}
+
+void ChangeFeed::Unsubscribe(Follower* f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  followers_.erase(std::remove(followers_.begin(), followers_.end(), f), followers_.end());
+}
+
+void ChangeFeed::CloseFollowers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  for (Follower* f : followers_) f->Close();
+}
+
+size_t ChangeFeed::follower_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return followers_.size();
+}
+
+// ---------------------------------------------------------------------------
+
+FollowStream* FollowStream::Start(ChangeFeed* feed, const FollowOptions& options, const absl::Status& allowed) {
+  auto* stream = new FollowStream(feed, options);
+  if (!allowed.ok()) {
+    std::lock_guard<std::mutex> lock(stream->mu_);
+    stream->FinishLocked(ToGrpcStatus(allowed));
+    return stream;
+  }
+  // Not under the stream's lock: Deliver takes it under the feed's.
+  auto parts = feed->Subscribe(stream, options.max_followers, options.part_bytes);
+  std::lock_guard<std::mutex> lock(stream->mu_);
+  if (!parts.ok()) {
+    stream->FinishLocked(ToGrpcStatus(parts.status()));
+    return stream;
+  }
+  stream->subscribed_ = true;
+  // Changes delivered meanwhile are already queued: the state goes before them.
+  stream->queue_.insert(stream->queue_.begin(), std::make_move_iterator(parts->begin()),
+                        std::make_move_iterator(parts->end()));
+  stream->sizes_.insert(stream->sizes_.begin(), parts->size(), 0);
+  stream->started_ = true;
+  stream->PumpLocked();
+  return stream;
+}
+
+void FollowStream::Deliver(const grpc::ByteBuffer& update, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  if (queue_bytes_ + bytes > options_.queue_bytes) {
+    return FinishLocked(grpc::Status(
+        grpc::StatusCode::ABORTED,
+        absl::StrCat("this follower fell behind by more than ", options_.queue_bytes,
+                     " bytes of changes; follow again to start from a fresh state")));
+  }
+  queue_.push_back(update);
+  sizes_.push_back(bytes);
+  queue_bytes_ += bytes;
+  PumpLocked();
+}
+
+void FollowStream::PumpLocked() {
+  if (!started_ || writing_ || finished_ || queue_.empty()) return;
+  current_ = std::move(queue_.front());
+  queue_bytes_ -= sizes_.front();
+  queue_.pop_front();
+  sizes_.pop_front();
+  writing_ = true;
+  StartWrite(&current_);
+}
+
+void FollowStream::OnWriteDone(bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  writing_ = false;
+  current_.Clear();
+  if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+  PumpLocked();
+}
+
+void FollowStream::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd is shutting down; follow again"));
+}
+
+void FollowStream::OnCancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FinishLocked(grpc::Status::CANCELLED);
+}
+
+void FollowStream::FinishLocked(const grpc::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  queue_.clear();
+  sizes_.clear();
+  queue_bytes_ = 0;
+  Finish(status);
+}
+
+void FollowStream::OnDone() {
+  // After Unsubscribe no Deliver can start, and none is running (it holds the feed's lock).
+  bool subscribed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    subscribed = subscribed_;
+  }
+  if (subscribed) feed_->Unsubscribe(this);
+  delete this;
+}
+
+}  // namespace failover::api

@@ -91,7 +91,9 @@ TEST(ClientUnderLoadTest, SixteenThreadsThroughAKillAndRestartLoseAndRepeatNoRep
   phase = 2;
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(failed.load(), 0);
-  ASSERT_TRUE(Eventually([&] { return (*client)->buffered_reports() == 0; }));
+  ASSERT_TRUE(Eventually([&] { return (*client)->buffered_reports() == 0; }))
+      << (*client)->buffered_reports() << " reports still buffered of " << attempts_after_kill.load() << "\n"
+      << proc->Stderr();
   EXPECT_EQ((*client)->dropped_reports(), 0u);
 
   // Every attempt of a request started after the kill is counted once; the

@@ -1,0 +1,208 @@
+// What failoverd costs the caller's whole loop. A real HTTP upstream on
+// loopback (cpp-httplib), called with libcurl over a kept-alive connection
+// per caller thread, and a real failoverd; in one run, side by side:
+//   direct:  the upstream call alone;
+//   remote:  the client library's Run, every plan and verdict from failoverd;
+//   local:   the same Run deciding from the library's live copy of the state.
+// Each with 1 and 16 caller threads. One line per case:
+//   mode=<direct|remote|local> c=<N> p50_us=<x> p99_us=<y> rps=<z>
+// Then convergence: a trip reported by one local caller, until another
+// local caller's plan has changed (p50 and p99 over --trips trips).
+#include <curl/curl.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/bench_util.h"
+#include "client/client.h"
+#include "client/local_decisions.h"
+#include "failover/v1/admin.grpc.pb.h"
+
+namespace {
+
+namespace v1 = ::failover::v1;
+namespace client = ::failover::client;
+using Clock = std::chrono::steady_clock;
+
+size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
+
+// One caller thread's connection to the upstream, kept alive across calls.
+class Upstream {
+ public:
+  explicit Upstream(int port) : curl_(curl_easy_init()), url_("http://127.0.0.1:" + std::to_string(port) + "/v1/chat") {
+    curl_easy_setopt(curl_, CURLOPT_URL, url_.c_str());
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, &Discard);
+    curl_easy_setopt(curl_, CURLOPT_NOSIGNAL, 1L);
+  }
+  ~Upstream() { curl_easy_cleanup(curl_); }
+  bool Call() {
+    long status = 0;
+    if (curl_easy_perform(curl_) != CURLE_OK) return false;
+    curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+    return status == 200;
+  }
+
+ private:
+  CURL* curl_;
+  std::string url_;
+};
+
+struct Result {
+  std::vector<double> latencies_us;
+  double seconds = 0;
+  int64_t failed = 0;
+};
+
+// Runs `request` on `threads` threads for `seconds`, each with its own Upstream.
+template <typename Request>
+Result Measure(int port, int threads, double seconds, Request request) {
+  std::vector<std::vector<double>> per_thread(threads);
+  std::atomic<int64_t> failed{0};
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      Upstream upstream(port);
+      upstream.Call();  // connect before timing
+      while (Clock::now() < end) {
+        const auto t0 = Clock::now();
+        if (!request(upstream)) ++failed;
+        per_thread[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  Result r;
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& v : per_thread) r.latencies_us.insert(r.latencies_us.end(), v.begin(), v.end());
+  r.failed = failed.load();
+  return r;
+}
+
+void Print(const char* mode, int threads, const Result& r) {
+  std::printf("mode=%s c=%d p50_us=%.1f p99_us=%.1f rps=%.0f%s\n", mode, threads,
+              failover::bench::Percentile(r.latencies_us, 0.5), failover::bench::Percentile(r.latencies_us, 0.99),
+              static_cast<double>(r.latencies_us.size()) / r.seconds,
+              r.failed ? (" failed=" + std::to_string(r.failed)).c_str() : "");
+  std::fflush(stdout);
+}
+
+bool Apply(v1::AdminService::Stub* admin, const v1::ApplyRequest& config) {
+  grpc::ClientContext ctx;
+  v1::ApplyResponse resp;
+  const grpc::Status s = admin->Apply(&ctx, config, &resp);
+  if (!s.ok()) std::fprintf(stderr, "apply: %s\n", s.error_message().c_str());
+  return s.ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 3;
+  int trips = 50;
+  CLI::App app{"The caller's loop with failoverd: direct, remote and local decisions"};
+  app.add_option("--seconds", seconds, "Per case")->capture_default_str();
+  app.add_option("--trips", trips, "Trips timed for convergence")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+
+  httplib::Server upstream;
+  upstream.new_task_queue = [] { return new httplib::ThreadPool(32); };
+  upstream.set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms to each reply
+  upstream.Get("/v1/chat", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"choices":[{"message":{"content":"ok"}}]})", "application/json");
+  });
+  const int port = upstream.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { upstream.listen_after_bind(); });  // bound and listening already
+
+  failover::testing::TempDir data;
+  auto proc = failover::bench::StartFailoverd(data);
+  if (proc == nullptr) return 1;
+  auto admin = v1::AdminService::NewStub(proc->Channel());
+  v1::ApplyRequest config;
+  config.add_targets()->set_name("a");
+  config.add_targets()->set_name("b");
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  // Convergence: one chain per timed trip, each tripped once.
+  for (int i = 0; i < trips; ++i) {
+    const std::string x = "x" + std::to_string(i), y = "y" + std::to_string(i);
+    config.add_targets()->set_name(x);
+    config.add_targets()->set_name(y);
+    v1::Chain* c = config.add_chains();
+    c->set_name("conv" + std::to_string(i));
+    c->add_targets(x);
+    c->add_targets(y);
+  }
+  if (!Apply(admin.get(), config)) return 1;
+
+  client::ClientOptions options;
+  options.connection.server = proc->address();
+  auto remote = client::Client::Connect(options);
+  auto local = client::ConnectLocal(options);
+  auto other = client::ConnectLocal(options);  // a second caller, for convergence
+  if (!remote.ok() || !local.ok() || !other.ok()) return 1;
+  auto* local_copy = static_cast<client::LocalDecisions*>((*local)->local());
+  auto* other_copy = static_cast<client::LocalDecisions*>((*other)->local());
+  if (!local_copy->WaitReady(absl::Seconds(10)) || !other_copy->WaitReady(absl::Seconds(10))) {
+    std::fprintf(stderr, "no copy of the state: %s\n", local_copy->last_error().c_str());
+    return 1;
+  }
+
+  auto run = [](client::Client& c) {
+    return [&c](Upstream& up) {
+      client::LoopResult r = c.Run("ch", [&](const v1::Attempt&) {
+        client::AttemptOutcome o;
+        o.ok = up.Call();
+        if (!o.ok) o.failure.set_http_status(502);
+        return o;
+      });
+      return r.ok;
+    };
+  };
+  for (int threads : {1, 16}) {
+    Print("direct", threads, Measure(port, threads, seconds, [](Upstream& up) { return up.Call(); }));
+    Print("remote", threads, Measure(port, threads, seconds, run(**remote)));
+    Print("local", threads, Measure(port, threads, seconds, run(**local)));
+  }
+
+  // Convergence: `local` reports conv<i>'s first target failing (it trips at
+  // one error); time until `other` plans conv<i> around it.
+  std::vector<double> converge_ms;
+  for (int i = 0; i < trips; ++i) {
+    const std::string chain_name = "conv" + std::to_string(i), second = "y" + std::to_string(i);
+    const auto t0 = Clock::now();
+    (*local)->Run(chain_name, [&](const v1::Attempt& a) {
+      client::AttemptOutcome o;
+      o.ok = a.target() == second;
+      if (!o.ok) o.failure.set_http_status(500);
+      return o;
+    });
+    v1::PickTargetRequest pick;
+    pick.set_chain(chain_name);
+    while (true) {
+      v1::PickTargetResponse plan;
+      if (other_copy->Pick(pick, &plan).ok() && plan.active_target() == second) break;
+      if (Clock::now() - t0 > std::chrono::seconds(10)) {
+        std::fprintf(stderr, "trip %d did not converge in 10 s\n", i);
+        return 1;
+      }
+      std::this_thread::yield();
+    }
+    converge_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::printf("convergence trips=%d p50_ms=%.2f p99_ms=%.2f\n", trips, failover::bench::Percentile(converge_ms, 0.5),
+              failover::bench::Percentile(converge_ms, 0.99));
+  upstream.stop();
+  serving.join();
+  return 0;
+}

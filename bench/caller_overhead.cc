@@ -6,6 +6,8 @@
 //   local:   the same Run deciding from the library's live copy of the state.
 // Each with 1 and 16 caller threads. One line per case:
 //   mode=<direct|remote|local> c=<N> p50_us=<x> p99_us=<y> rps=<z>
+// and the decision alone (Run with an attempt that calls nothing) for remote
+// and local at c=1.
 // Then convergence: a trip reported by one local caller, until another
 // local caller's plan has changed (p50 and p99 over --trips trips).
 #include <curl/curl.h>
@@ -14,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,9 +110,11 @@ bool Apply(v1::AdminService::Stub* admin, const v1::ApplyRequest& config) {
 int main(int argc, char** argv) {
   double seconds = 3;
   int trips = 50;
+  std::string only;  // one mode (for profiling)
   CLI::App app{"The caller's loop with failoverd: direct, remote and local decisions"};
   app.add_option("--seconds", seconds, "Per case")->capture_default_str();
   app.add_option("--trips", trips, "Trips timed for convergence")->capture_default_str();
+  app.add_option("--only", only, "Run one mode: direct, remote or local (no convergence)");
   CLI11_PARSE(app, argc, argv);
   curl_global_init(CURL_GLOBAL_DEFAULT);
 
@@ -169,11 +174,41 @@ int main(int argc, char** argv) {
       return r.ok;
     };
   };
+  // The modes take turns in short rounds, so drift over the run (caches,
+  // the heap, failoverd's backlog) weighs on each alike.
+  const int rounds = 6;
   for (int threads : {1, 16}) {
-    Print("direct", threads, Measure(port, threads, seconds, [](Upstream& up) { return up.Call(); }));
-    Print("remote", threads, Measure(port, threads, seconds, run(**remote)));
-    Print("local", threads, Measure(port, threads, seconds, run(**local)));
+    std::vector<std::pair<std::string, std::function<bool(Upstream&)>>> modes;
+    if (only.empty() || only == "direct") modes.emplace_back("direct", [](Upstream& up) { return up.Call(); });
+    if (only.empty() || only == "remote") modes.emplace_back("remote", run(**remote));
+    if (only.empty() || only == "local") modes.emplace_back("local", run(**local));
+    std::vector<Result> results(modes.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t m = 0; m < modes.size(); ++m) {
+        Result part = Measure(port, threads, seconds / rounds, modes[m].second);
+        results[m].latencies_us.insert(results[m].latencies_us.end(), part.latencies_us.begin(),
+                                       part.latencies_us.end());
+        results[m].seconds += part.seconds;
+        results[m].failed += part.failed;
+      }
+    }
+    for (size_t m = 0; m < modes.size(); ++m) Print(modes[m].first.c_str(), threads, results[m]);
   }
+  // The decision alone: Run with an attempt that makes no call.
+  auto decide_only = [](client::Client& c) {
+    return [&c](Upstream&) {
+      return c.Run("ch", [](const v1::Attempt&) {
+        client::AttemptOutcome o;
+        o.ok = true;
+        return o;
+      }).ok;
+    };
+  };
+  if (only.empty()) {
+    Print("remote-decision-only", 1, Measure(port, 1, seconds, decide_only(**remote)));
+    Print("local-decision-only", 1, Measure(port, 1, seconds, decide_only(**local)));
+  }
+  if (!only.empty()) trips = 0;
 
   // Convergence: `local` reports conv<i>'s first target failing (it trips at
   // one error); time until `other` plans conv<i> around it.
@@ -200,7 +235,7 @@ int main(int argc, char** argv) {
     }
     converge_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  std::printf("convergence trips=%d p50_ms=%.2f p99_ms=%.2f\n", trips, failover::bench::Percentile(converge_ms, 0.5),
+  if (trips > 0) std::printf("convergence trips=%d p50_ms=%.2f p99_ms=%.2f\n", trips, failover::bench::Percentile(converge_ms, 0.5),
               failover::bench::Percentile(converge_ms, 0.99));
   upstream.stop();
   serving.join();

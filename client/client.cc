@@ -108,17 +108,39 @@ void Client::SetDeclaredOrder(const std::string& chain, std::vector<v1::Attempt>
 
 size_t Client::buffered_reports() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return buffered_.size();
+  size_t outcomes = 0;
+  for (const v1::ReportOutcomeRequest& r : buffered_) outcomes += std::max<uint32_t>(r.count(), 1);
+  return outcomes;
 }
 
 size_t Client::Buffer(v1::ReportOutcomeRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (CoalesceLocked(req)) return buffered_.size();
   buffered_.push_back(std::move(req));
   while (buffered_.size() > options_.max_buffered_reports) {
     buffered_.pop_front();
     ++dropped_;
   }
   return buffered_.size();
+}
+
+bool Client::CoalesceLocked(const v1::ReportOutcomeRequest& req) {
+  constexpr uint32_t kMaxCount = 10000;  // failoverd's bound on ReportOutcomeRequest.count
+  if (!req.has_success() || buffered_.empty()) return false;
+  v1::ReportOutcomeRequest& last = buffered_.back();
+  const uint32_t n = std::max<uint32_t>(last.count(), 1);
+  if (!last.has_success() || last.target() != req.target() || last.chain() != req.chain() ||
+      last.has_latency() != req.has_latency() || last.hedged() || req.hedged() || n >= kMaxCount) {
+    return false;
+  }
+  if (req.has_latency()) {  // the mean over the n + 1 successes
+    const absl::Duration mean = FromProto(last.latency()) + (FromProto(req.latency()) - FromProto(last.latency())) / (n + 1);
+    ToProto(mean, last.mutable_latency());
+  }
+  last.set_count(n + 1);
+  last.clear_decision_id();  // one report for many decisions: the chain names the context
+  last.set_attempt(0);
+  return true;
 }
 
 size_t Client::dropped_reports() const {
@@ -164,6 +186,13 @@ Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutco
     // A failure may trip the target, which should reach every caller soon; a
     // full batch goes before the buffer could overflow.
     if (req.has_failure() || backlog >= kBatch) WakeFlusher();
+    return Sent::kDelivered;
+  }
+  if (req.has_success() && options_.background_flush && options_.report_successes_in_background) {
+    // A success's verdict is always DONE: no request waits for failoverd to
+    // say so. The report goes with the backlog, from the client's thread.
+    if (Buffer(req) >= kBatch) WakeFlusher();
+    resp->set_verdict(v1::VERDICT_DONE);
     return Sent::kDelivered;
   }
   if (SkippingFailoverd()) return Sent::kUnreachable;
@@ -216,7 +245,7 @@ size_t Client::Flush(size_t limit) {
       }
       return delivered;
     }
-    if (s.ok()) ++delivered;  // otherwise refused for good: it would never be accepted
+    if (s.ok()) delivered += std::max<uint32_t>(req.count(), 1);  // otherwise refused for good
   }
   return delivered;
 }
@@ -260,7 +289,11 @@ size_t Client::FlushBatches() {
     const grpc::Status s = writer->Finish();
     if (s.ok()) {
       NoteReached(true);
-      delivered += summary.accepted();  // refused ones would never be accepted: gone
+      // Refused ones would never be accepted: gone. (Counted in outcomes
+      // unless some were refused; then in reports.)
+      size_t outcomes = 0;
+      for (const v1::ReportOutcomeRequest& r : batch) outcomes += std::max<uint32_t>(r.count(), 1);
+      delivered += summary.refused() == 0 ? outcomes : summary.accepted();
       continue;
     }
     if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // an older failoverd
@@ -406,18 +439,25 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   pick.set_request_id(options.request_id);
   for (const std::string& t : options.exclude_targets) pick.add_exclude_targets(t);
   v1::PickTargetResponse plan;
-  grpc::ClientContext ctx;
-  PrepareContext(options_.connection, &ctx);
-  // failoverd did not answer a moment ago: go fail-static at once rather than
-  // wait out another deadline.
+  // From the local copy when there is one; else from failoverd, unless it did
+  // not answer a moment ago: then fail-static at once rather than wait out
+  // another deadline.
   const bool local = options_.local != nullptr && options_.local->Ready();
-  const bool skipped = !local && SkippingFailoverd();
-  const grpc::Status picked = local     ? options_.local->Pick(pick, &plan)
-                              : skipped ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd did not answer recently")
-                                        : stub_->PickTarget(&ctx, pick, &plan);
   result.decided_locally = local;
-  const bool unreachable = !local && !picked.ok() && (skipped || Unreachable(picked, ctx));
-  if (!skipped && !local) NoteReached(!unreachable);
+  grpc::Status picked;
+  bool unreachable = false;
+  if (local) {
+    picked = options_.local->Pick(pick, &plan);
+  } else if (SkippingFailoverd()) {
+    picked = grpc::Status(grpc::StatusCode::UNAVAILABLE, "failoverd did not answer recently");
+    unreachable = true;
+  } else {
+    grpc::ClientContext ctx;
+    PrepareContext(options_.connection, &ctx);
+    picked = stub_->PickTarget(&ctx, pick, &plan);
+    unreachable = !picked.ok() && Unreachable(picked, ctx);
+    NoteReached(!unreachable);
+  }
   if (!picked.ok()) {
     if (!unreachable) {
       result.error = picked.error_message();

@@ -121,6 +121,10 @@ struct ClientOptions {
   // wait for the backlog. Off: each request sends flush_per_request of it
   // before its own PickTarget (Flush sends the rest).
   bool background_flush = true;
+  // A success's verdict is always DONE, so with background_flush its report
+  // is not waited for: it goes with the backlog (successes on one target
+  // together), and a request costs failoverd one call, its PickTarget.
+  bool report_successes_in_background = true;
   absl::Duration flush_interval = absl::Milliseconds(500);
   size_t flush_per_request = 16;
   size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
@@ -158,6 +162,7 @@ class Client {
   // The local decisions given in the options (null: every decision is failoverd's).
   LocalDecider* local() const { return options_.local.get(); }
 
+  // Outcomes waiting to be reported (successes sent together count each).
   size_t buffered_reports() const;
   // Reports dropped because the buffer was full (the oldest go first).
   size_t dropped_reports() const;
@@ -169,8 +174,10 @@ class Client {
   // kRefused: failoverd answered with an error (in `refusal`); it would never
   // accept the report, so it is not buffered.
   Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal);
-  // Returns the backlog's size.
+  // Returns the backlog's size. A success on the same chain and target as
+  // the newest buffered one joins it (ReportOutcomeRequest.count).
   size_t Buffer(v1::ReportOutcomeRequest req);
+  bool CoalesceLocked(const v1::ReportOutcomeRequest& req);
   // Moves `target` to the front of the cached order: the next fail-static run
   // starts where the last request was served, as failoverd's active target would.
   void Promote(const std::string& chain, const std::string& target);

@@ -1,5 +1,7 @@
 #include "server/api/decision_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/status_convert.h"
@@ -241,13 +243,23 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     }
     default: return absl::InvalidArgumentError("result: set either success or failure");
   }
+  constexpr uint32_t kMaxCount = 10000;
+  if (req.count() > kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat("count: at most ", kMaxCount, ", got ", req.count()));
+  }
+  if (req.count() > 1 && !report.facts.success) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count: ", req.count(), " outcomes in one report are allowed for successes only"));
+  }
   ReportResult result;
   Events events;
   Committer::Scope changes(ctx_.committer);
-  RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
+  for (uint32_t i = 0; i < std::max<uint32_t>(req.count(), 1); ++i) {
+    RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
+    if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result, report.latency);
+  }
   RETURN_IF_ERROR(changes.Await());
   if (ctx_.metrics != nullptr) {
-    ctx_.metrics->OnOutcome(report.target, result, report.latency);
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();
   }

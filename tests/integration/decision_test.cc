@@ -231,3 +231,45 @@ TEST_F(DecisionIntegrationTest, PinAndStatus) {
 
 }  // namespace
 }  // namespace failover::testing
+
+namespace failover::testing {
+namespace {
+
+// A client library's successes on one target arrive as one report with a
+// count: each is counted; a count on a failure, or past the bound, is refused
+// naming the field, and counts nothing.
+TEST(ReportCountTest, ACountedReportCountsEachSuccessAndIsRefusedOtherwise) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {"--metrics-listen", "127.0.0.1:0"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  auto report = [&](uint32_t count, bool success) {
+    v1::ReportOutcomeRequest req;
+    req.set_chain("ch");
+    req.set_target("b");
+    req.set_count(count);
+    if (success) {
+      req.mutable_success();
+    } else {
+      req.mutable_failure()->set_http_status(500);
+    }
+    grpc::ClientContext ctx;
+    v1::ReportOutcomeResponse resp;
+    return decide->ReportOutcome(&ctx, req, &resp);
+  };
+  ASSERT_TRUE(report(5, true).ok());
+  const grpc::Status on_failure = report(3, false);
+  EXPECT_EQ(on_failure.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(on_failure.error_message(), ::testing::HasSubstr("count: 3"));
+  const grpc::Status too_many = report(10001, true);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), ::testing::HasSubstr("count: at most 10000"));
+  const std::string metrics = HttpGet(proc.MetricsPort(), "/metrics");
+  EXPECT_THAT(metrics, ::testing::HasSubstr("failover_outcomes_total{reason=\"none\",target=\"b\"} 5\n"));
+  EXPECT_THAT(metrics, ::testing::Not(::testing::HasSubstr("reason=\"server_error\",target=\"b\"} 1")));
+}
+
+}  // namespace
+}  // namespace failover::testing

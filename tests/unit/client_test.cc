@@ -219,7 +219,8 @@ TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
   client.SetDeclaredOrder("ch", {A("a")});
   EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
   EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
-  for (int i = 0; i < 400; ++i) client.Run("ch", Attempt({{"a", {Ok()}}}));
+  // Failures: each is a report of its own (successes would be sent together).
+  for (int i = 0; i < 400; ++i) client.Run("ch", Attempt({{"a", {Fail(500)}}}));
   ASSERT_EQ(client.buffered_reports(), 400u);
   now_ += absl::Seconds(1);
   std::mutex mu;
@@ -236,6 +237,39 @@ TEST_F(ClientTest, ThreadsFlushingAtOnceSendEachReportOnce) {
   EXPECT_EQ(total, 400);
   EXPECT_EQ(delivered.load(), 400u);
   EXPECT_EQ(client.buffered_reports(), 0u);
+}
+
+// Buffered successes on one target travel as one report with a count (and
+// their mean latency); a failure between them keeps its place in the order.
+TEST_F(ClientTest, BufferedSuccessesOnATargetAreSentTogetherInOrder) {
+  ClientOptions options;
+  options.background_flush = false;
+  options.now = [this] { return now_; };
+  Client client(stub_, options);
+  client.SetDeclaredOrder("ch", {A("a")});
+  EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
+  auto timed = [](AttemptOutcome o, int ms) {
+    o.latency = absl::Milliseconds(ms);
+    return o;
+  };
+  client.Run("ch", Attempt({{"a", {timed(Ok(), 10)}}}));
+  client.Run("ch", Attempt({{"a", {timed(Ok(), 20)}}}));
+  client.Run("ch", Attempt({{"a", {timed(Fail(500), 5)}}}));
+  client.Run("ch", Attempt({{"a", {timed(Ok(), 30)}}}));
+  EXPECT_EQ(client.buffered_reports(), 4u);
+  ::testing::Mock::VerifyAndClearExpectations(stub_.get());
+  now_ += absl::Seconds(1);
+  std::vector<std::string> sent;
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest& r, auto*) {
+    sent.push_back(absl::StrCat(r.has_success() ? "ok" : "fail", " x", std::max<uint32_t>(r.count(), 1), " ",
+                                absl::ToInt64Milliseconds(absl::Seconds(r.latency().seconds()) +
+                                                          absl::Nanoseconds(r.latency().nanos())),
+                                "ms"));
+    return grpc::Status::OK;
+  });
+  EXPECT_EQ(client.Flush(), 4u);
+  EXPECT_THAT(sent, ::testing::ElementsAre("ok x2 15ms", "fail x1 5ms", "ok x1 30ms"));
 }
 
 // A failoverd that does not answer costs one deadline, not one per request:
@@ -363,8 +397,8 @@ TEST_F(ClientTest, ARequestSendsOnlyPartOfABacklogBeforeItsOwnPick) {
   client.SetDeclaredOrder("ch", {A("a")});
   EXPECT_CALL(*stub_, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
   EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
-  client.Run("ch", Attempt({{"a", {Ok()}}}));  // failoverd is down: the rest skip it
-  for (int i = 0; i < 99; ++i) client.Run("ch", Attempt({{"a", {Ok()}}}));
+  client.Run("ch", Attempt({{"a", {Fail(500)}}}));  // failoverd is down: the rest skip it
+  for (int i = 0; i < 99; ++i) client.Run("ch", Attempt({{"a", {Fail(500)}}}));
   ASSERT_EQ(client.buffered_reports(), 100u);
   ::testing::Mock::VerifyAndClearExpectations(stub_.get());
   now_ += absl::Seconds(1);
@@ -396,9 +430,9 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> sent_by_caller{0}, sent_by_client{0};
   EXPECT_CALL(*stub, ReportOutcome(_, _, _))
-      .WillRepeatedly(Invoke([&](grpc::ClientContext*, const v1::ReportOutcomeRequest&,
+      .WillRepeatedly(Invoke([&](grpc::ClientContext*, const v1::ReportOutcomeRequest& req,
                                  v1::ReportOutcomeResponse* resp) {
-        ++(std::this_thread::get_id() == caller ? sent_by_caller : sent_by_client);
+        (std::this_thread::get_id() == caller ? sent_by_caller : sent_by_client) += std::max<uint32_t>(req.count(), 1);
         *resp = Verdict(v1::VERDICT_DONE);
         return grpc::Status::OK;
       }));
@@ -407,11 +441,13 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
   EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).ok);
   // Delivery is asynchronous: wait (with a deadline) for all five to arrive.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (sent_by_client.load() < 5 && std::chrono::steady_clock::now() < deadline) {
+  while (sent_by_client.load() < 6 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(sent_by_client.load(), 5);  // the backlog, by the client's thread
-  EXPECT_EQ(sent_by_caller.load(), 1);  // the request's own report only
+  // The backlog and the request's own success (whose verdict is always DONE),
+  // all by the client's thread; the five successes on a in one report.
+  EXPECT_EQ(sent_by_client.load(), 6);
+  EXPECT_EQ(sent_by_caller.load(), 0);
   EXPECT_EQ(client.buffered_reports(), 0u);
 }
 

@@ -85,12 +85,18 @@ void Client::WakeFlusher() {
 void Client::FlushLoop() {
   std::unique_lock<std::mutex> lock(flusher_mu_);
   while (!flusher_stop_) {
-    flusher_wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.flush_interval),
-                           [&] { return flusher_stop_ || flusher_woken_; });
+    // While failoverd is down, this thread alone asks it again (after the
+    // backoff) whether it answers; requests meanwhile go fail-static at once.
+    const absl::Duration probe_after = ProbeInterval();
+    const bool down = probe_after != absl::InfiniteDuration();
+    flusher_wake_.wait_for(lock, absl::ToChronoMilliseconds(down ? probe_after : options_.flush_interval),
+                           [&] { return flusher_stop_ || (flusher_woken_ && !down); });
     flusher_woken_ = false;
     if (flusher_stop_) return;
     lock.unlock();
-    if (buffered_reports() > 0) FlushBatches();  // returns at once while failoverd is being skipped
+    if (!down || ProbeFailoverd()) {
+      if (buffered_reports() > 0) FlushBatches();
+    }
     lock.lock();
   }
 }
@@ -166,7 +172,35 @@ void Client::NoteReached(bool reached) {
 
 bool Client::SkippingFailoverd() {
   std::lock_guard<std::mutex> lock(mu_);
+  // With a thread of its own, the client asks failoverd again from there: no
+  // request waits on a failoverd that did not answer until it answers again.
+  if (options_.background_flush) return down_until_ != absl::InfinitePast();
   return options_.now() < down_until_;
+}
+
+bool Client::ProbeFailoverd() {
+  grpc::ClientContext ctx;
+  PrepareContext(options_.connection, &ctx);
+  v1::StreamOutcomesResponse summary;
+  grpc::Status s;
+  // An empty StreamOutcomes changes nothing and counts as no error.
+  std::unique_ptr<grpc::ClientWriterInterface<v1::ReportOutcomeRequest>> writer =
+      stub_->StreamOutcomes(&ctx, &summary);
+  if (writer != nullptr) {
+    writer->WritesDone();
+    s = writer->Finish();
+  } else {  // a stub without streaming (a test double): any answer will do
+    v1::PickTargetResponse plan;
+    s = stub_->PickTarget(&ctx, v1::PickTargetRequest(), &plan);
+  }
+  const bool reached = s.ok() || !Unreachable(s, ctx);
+  NoteReached(reached);
+  return reached;
+}
+
+absl::Duration Client::ProbeInterval() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return down_until_ == absl::InfinitePast() ? absl::InfiniteDuration() : down_backoff_;
 }
 
 Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,

@@ -130,11 +130,13 @@ struct ClientOptions {
   size_t max_steps = 64;  // attempts per request, a guard against a runaway loop
   // How to wait for RETRY_SAME; tests inject their own.
   std::function<void(absl::Duration)> sleep;
-  // After failoverd could not be reached, requests go fail-static at once for
-  // this long (doubling on each further failure up to max_down_backoff, reset
-  // by an answer) instead of each waiting out the call deadline again.
+  // After failoverd could not be reached, requests go fail-static at once
+  // instead of each waiting out the call deadline again: with
+  // background_flush until the client's thread finds failoverd answering (it
+  // asks after down_backoff, doubling up to max_down_backoff while there is
+  // no answer); without, for that long, and then the next request asks.
   absl::Duration down_backoff = absl::Seconds(1);
-  absl::Duration max_down_backoff = absl::Seconds(30);
+  absl::Duration max_down_backoff = absl::Seconds(5);
   // The clock for that backoff; tests inject their own.
   std::function<absl::Time()> now;
 };
@@ -203,6 +205,10 @@ class Client {
   // Records whether failoverd answered the last call (backs off when not).
   void NoteReached(bool reached);
   bool SkippingFailoverd();
+  // Asks failoverd whether it answers (an empty StreamOutcomes), notes the answer.
+  bool ProbeFailoverd();
+  // While failoverd is down, how long to wait before asking it again; else infinite.
+  absl::Duration ProbeInterval() const;
   // The background flusher (options_.background_flush): the one owner of the
   // backlog's delivery.
   void FlushLoop();

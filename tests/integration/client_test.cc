@@ -240,3 +240,57 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
 
 }  // namespace
 }  // namespace failover::testing
+
+namespace failover::testing {
+namespace {
+
+// A hung failoverd (SIGSTOP) is noticed once: the request that meets it pays
+// one call deadline, the ones after it go fail-static without waiting on it,
+// and the client's own thread finds failoverd again once it runs (SIGCONT).
+TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneDeadlineThenNothing) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  client::ClientOptions options;
+  options.connection.server = proc.address();
+  options.connection.timeout_seconds = 1;
+  options.down_backoff = absl::Milliseconds(100);
+  options.max_down_backoff = absl::Milliseconds(200);
+  auto client = client::Client::Connect(options);
+  ASSERT_TRUE(client.ok());
+  auto ok = [](const v1::Attempt&) {
+    client::AttemptOutcome o;
+    o.ok = true;
+    return o;
+  };
+  ASSERT_FALSE((*client)->Run("ch", ok).fail_static);
+
+  ASSERT_EQ(::kill(proc.pid(), SIGSTOP), 0);
+  client::LoopResult first = (*client)->Run("ch", ok);  // waits out one deadline
+  EXPECT_TRUE(first.ok);
+  EXPECT_TRUE(first.fail_static);
+  // Traffic for several times the backoff (after which failoverd is asked
+  // again): no request waits for the deadline, however long failoverd hangs.
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration slowest{};
+  int requests = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(800)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    client::LoopResult r = (*client)->Run("ch", ok);
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - t0);
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.fail_static);
+    ++requests;
+  }
+  EXPECT_LT(slowest, std::chrono::milliseconds(500)) << "a request waited on the hung failoverd (" << requests
+                                                      << " requests)";
+
+  ASSERT_EQ(::kill(proc.pid(), SIGCONT), 0);
+  EXPECT_TRUE(Eventually([&] { return !(*client)->Run("ch", ok).fail_static; }));
+  EXPECT_TRUE(Eventually([&] { return (*client)->buffered_reports() == 0; }));
+}
+
+}  // namespace
+}  // namespace failover::testing

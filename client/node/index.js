@@ -1,0 +1,393 @@
+// failoverd's decision loop for Node callers: every plan and verdict from
+// failoverd, fail-static when it is away (the last plan seen, reports
+// buffered), a hung failoverd noticed once, successes never waited for.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+// Set on every error failoverd itself returns: its answers are decisions to
+// follow, not signs that failoverd is away.
+const ANSWERED_TRAILER = 'failoverd-answered';
+const BATCH = 256;        // reports per StreamOutcomes call
+const MAX_COUNT = 10000;  // successes one report may stand for
+const MAX_STEPS = 64;     // attempts per request
+
+let v1 = null;
+function api() {
+  if (v1 === null) {
+    const definition = protoLoader.loadSync(['failover/v1/decision.proto'], {
+      includeDirs: [path.join(__dirname, 'proto')], keepCase: true, enums: String, longs: Number,
+      defaults: true, oneofs: true,
+    });
+    v1 = grpc.loadPackageDefinition(definition).failover.v1;
+  }
+  return v1;
+}
+
+function unreachable(err) {
+  if (!err || (err.code !== grpc.status.UNAVAILABLE && err.code !== grpc.status.DEADLINE_EXCEEDED)) return false;
+  return !(err.metadata && err.metadata.get(ANSWERED_TRAILER).length > 0);
+}
+
+function duration(seconds) {
+  const whole = Math.floor(seconds);
+  return {seconds: whole, nanos: Math.round((seconds - whole) * 1e9)};
+}
+
+function seconds(d) {
+  return d ? Number(d.seconds || 0) + Number(d.nanos || 0) / 1e9 : 0;
+}
+
+function describe(failure) {
+  if (!failure) return 'failed';
+  if (failure.http_status) return `${failure.http_status} ${failure.message || ''}`.trim();
+  return failure.message || 'failed';
+}
+
+function makeReport(chain, decisionId, target, number, outcome) {
+  const report = {chain, decision_id: decisionId, target, attempt: number};
+  if (outcome.ok) report.success = {};
+  else report.failure = outcome.failure || {message: 'failed'};
+  if (outcome.latencyMs > 0) report.latency = duration(outcome.latencyMs / 1000);
+  return report;
+}
+
+class Client {
+  constructor(options = {}) {
+    const o = {server: '127.0.0.1:50051', timeoutMs: 5000, maxBufferedReports: 1000, flushIntervalMs: 500,
+      downBackoffMs: 1000, maxDownBackoffMs: 5000, ...options};
+    this._o = o;
+    const channelOptions = {'grpc.max_reconnect_backoff_ms': 1000, 'grpc.initial_reconnect_backoff_ms': 100};
+    const credentials = o.tlsCa || o.tlsCert || o.tlsKey
+      ? grpc.credentials.createSsl(o.tlsCa ? fs.readFileSync(o.tlsCa) : null,
+          o.tlsKey ? fs.readFileSync(o.tlsKey) : null, o.tlsCert ? fs.readFileSync(o.tlsCert) : null)
+      : grpc.credentials.createInsecure();
+    this._stub = new (api().DecisionService)(o.server, credentials, channelOptions);
+    this._plans = new Map();
+    this._buffer = [];
+    this._dropped = 0;
+    this._backoffMs = 0;  // 0: failoverd answers
+    this._closed = false;
+    this._timer = null;
+    this._schedule(o.flushIntervalMs);
+  }
+
+  // The order to use for `chain` when failoverd is unreachable and no plan was seen yet.
+  setDeclaredOrder(chain, targets) {
+    if (!this._plans.has(chain)) this._plans.set(chain, targets.map((target) => ({target})));
+  }
+
+  get bufferedReports() { return this._buffer.reduce((n, r) => n + Math.max(r.count || 0, 1), 0); }
+  get droppedReports() { return this._dropped; }
+
+  close() {
+    this._closed = true;
+    if (this._timer) clearTimeout(this._timer);
+    this._stub.close();
+  }
+
+  // Serves one request on `chain`; attempt(target, context) makes one call and
+  // resolves to {ok, failure?, latencyMs?, response?}.
+  async run(chain, attempt, options = {}) {
+    const deadline = options.timeoutMs === undefined ? null : Date.now() + options.timeoutMs;
+    const signal = options.signal;
+    const result = {ok: false, servedBy: '', response: undefined, error: '', attempts: [], failStatic: false};
+    const pick = {chain, body_bytes: options.bodyBytes || 0, session_key: options.sessionKey || '',
+      request_id: options.requestId || '', exclude_targets: options.excludeTargets || []};
+    let plan = null;
+    if (this._backoffMs === 0) {
+      try {
+        plan = await this._unary('PickTarget', pick, deadline);
+        this._note(true);
+      } catch (err) {
+        if (!unreachable(err)) {
+          result.error = err.details || String(err.code);
+          return result;
+        }
+        this._note(false);
+      }
+    }
+    if (plan === null) {
+      const cached = this._plans.get(chain);
+      if (!cached || cached.length === 0) {
+        result.error = `failoverd unreachable and no plan known for chain ${chain}`;
+        return result;
+      }
+      return this._runStatic(chain, '', cached, [], attempt, deadline, signal, result);
+    }
+    if (!plan.attempts || plan.attempts.length === 0) {
+      result.error = `failoverd returned an empty plan for chain ${chain}`;
+      return result;
+    }
+    this._plans.set(chain, plan.attempts.slice());
+    let current = plan.attempts[0];
+    const tried = [];
+    let number = 1;
+    while (result.attempts.length < MAX_STEPS) {
+      const stop = this._stopReason(deadline, signal, 0);
+      if (stop) {
+        result.error = stop;
+        return result;
+      }
+      const outcome = await attempt(current, {number, deadline, signal});
+      tried.push(current.target);
+      const record = {target: current.target, number, ok: !!outcome.ok, verdict: 'VERDICT_UNSPECIFIED',
+        reason: 'FAILURE_REASON_UNSPECIFIED', latencyMs: outcome.latencyMs};
+      result.attempts.push(record);
+      const report = makeReport(chain, plan.decision_id, current.target, number, outcome);
+      if (outcome.ok) {  // the verdict of a success is always DONE: not waited for
+        this._queue(report);
+        record.verdict = 'VERDICT_DONE';
+        Object.assign(result, {ok: true, servedBy: current.target, response: outcome.response});
+        this._promote(chain, current.target);
+        return result;
+      }
+      let verdict = null;
+      if (this._backoffMs === 0) {
+        try {
+          verdict = await this._unary('ReportOutcome', report, deadline);
+          this._note(true);
+        } catch (err) {
+          if (!unreachable(err)) {
+            result.error = `failoverd refused the report: ${err.details}`;
+            return result;
+          }
+          this._note(false);
+        }
+      }
+      if (verdict === null) {  // failoverd went away mid-request: carry on down the plan
+        this._queue(report);
+        return this._runStatic(chain, plan.decision_id, plan.attempts, tried, attempt, deadline, signal, result);
+      }
+      record.verdict = verdict.verdict;
+      record.reason = verdict.reason;
+      if (verdict.verdict === 'VERDICT_RETRY_SAME') {
+        const delayMs = seconds(verdict.retry_delay) * 1000;
+        const stopWait = this._stopReason(deadline, signal, delayMs);
+        if (stopWait) {
+          result.error = stopWait;
+          return result;
+        }
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+      } else if (verdict.verdict === 'VERDICT_TRY_NEXT') {
+        current = verdict.next_attempt;
+      } else {
+        result.error = verdict.error || describe(outcome.failure);
+        return result;
+      }
+      number += 1;
+    }
+    result.error = `gave up after ${MAX_STEPS} attempts`;
+    return result;
+  }
+
+  // Sends the buffered reports now; resolves to how many outcomes were delivered.
+  flush() { return this._flush(); }
+
+  // --- internals -------------------------------------------------------------
+  _metadata() {
+    const m = new grpc.Metadata();
+    if (this._o.token) m.set('authorization', `Bearer ${this._o.token}`);
+    return m;
+  }
+
+  _callDeadline(deadline) {
+    const own = Date.now() + this._o.timeoutMs;
+    return new Date(deadline === null ? own : Math.min(own, deadline));
+  }
+
+  _unary(method, request, deadline) {
+    return new Promise((resolve, reject) => {
+      this._stub[method](request, this._metadata(), {deadline: this._callDeadline(deadline)},
+          (err, response) => (err ? reject(err) : resolve(response)));
+    });
+  }
+
+  _streamOutcomes(reports) {
+    return new Promise((resolve, reject) => {
+      const call = this._stub.StreamOutcomes(this._metadata(), {deadline: this._callDeadline(null)},
+          (err, summary) => (err ? reject(err) : resolve(summary)));
+      for (const r of reports) call.write(r);
+      call.end();
+    });
+  }
+
+  _stopReason(deadline, signal, waitMs) {
+    if (signal && signal.aborted) return 'cancelled by the caller';
+    if (deadline !== null && deadline - Date.now() <= waitMs) {
+      return waitMs > 0 ? "the request's deadline comes before the retry delay ends"
+        : "the request's deadline passed before the next attempt";
+    }
+    return '';
+  }
+
+  async _runStatic(chain, decisionId, plan, tried, attempt, deadline, signal, result) {
+    result.failStatic = true;
+    const failures = [];
+    let number = result.attempts.length;
+    for (const a of plan) {
+      if (tried.includes(a.target)) continue;
+      const stop = this._stopReason(deadline, signal, 0);
+      if (stop) {
+        result.error = stop;
+        return result;
+      }
+      number += 1;
+      const outcome = await attempt(a, {number, deadline, signal});
+      tried.push(a.target);
+      this._queue(makeReport(chain, decisionId, a.target, number, outcome));
+      result.attempts.push({target: a.target, number, ok: !!outcome.ok, verdict: 'VERDICT_UNSPECIFIED',
+        reason: 'FAILURE_REASON_UNSPECIFIED', latencyMs: outcome.latencyMs});
+      if (outcome.ok) {
+        Object.assign(result, {ok: true, servedBy: a.target, response: outcome.response});
+        this._promote(chain, a.target);
+        return result;
+      }
+      failures.push(`${a.target}: ${describe(outcome.failure)}`);
+    }
+    result.error = `failoverd unreachable and every target failed: ${failures.join('; ')}`;
+    return result;
+  }
+
+  // The next fail-static request starts where this one was served.
+  _promote(chain, target) {
+    const plan = this._plans.get(chain);
+    const i = plan ? plan.findIndex((a) => a.target === target) : -1;
+    if (i > 0) plan.unshift(plan.splice(i, 1)[0]);
+  }
+
+  // Queues a report (bounded, oldest dropped); a success on the newest one's
+  // chain and target joins it as a count.
+  _queue(report) {
+    const last = this._buffer[this._buffer.length - 1];
+    const n = last ? Math.max(last.count || 0, 1) : 0;
+    if (last && report.success && last.success && last.target === report.target && last.chain === report.chain &&
+        !!last.latency === !!report.latency && n < MAX_COUNT) {
+      if (report.latency) {
+        const mean = seconds(last.latency) + (seconds(report.latency) - seconds(last.latency)) / (n + 1);
+        last.latency = duration(mean);
+      }
+      last.count = n + 1;
+      last.decision_id = '';
+      last.attempt = 0;
+    } else {
+      this._buffer.push(report);
+      while (this._buffer.length > this._o.maxBufferedReports) {
+        this._buffer.shift();
+        this._dropped += 1;
+      }
+    }
+    if (this._buffer.length >= BATCH) this._schedule(0);
+  }
+
+  _note(reached) {
+    const wasUp = this._backoffMs === 0;
+    if (reached) {
+      this._backoffMs = 0;
+    } else {
+      this._backoffMs = wasUp ? this._o.downBackoffMs : Math.min(this._backoffMs * 2, this._o.maxDownBackoffMs);
+      if (wasUp) this._schedule(this._backoffMs);
+    }
+  }
+
+  // The one owner of the backlog's delivery and of asking a silent failoverd
+  // again; its timer never keeps the process alive.
+  _schedule(ms) {
+    if (this._closed) return;
+    if (this._timer) clearTimeout(this._timer);
+    this._timer = setTimeout(() => this._tick(), ms);
+    this._timer.unref();
+  }
+
+  async _tick() {
+    this._timer = null;
+    if (this._backoffMs > 0) {
+      try {
+        await this._streamOutcomes([]);  // changes nothing: does failoverd answer?
+        this._note(true);
+      } catch (err) {
+        this._note(!unreachable(err));
+      }
+    }
+    if (this._backoffMs === 0 && this._buffer.length > 0) await this._flush();
+    this._schedule(this._backoffMs > 0 ? this._backoffMs : this._o.flushIntervalMs);
+  }
+
+  async _flush() {
+    let delivered = 0;
+    while (this._backoffMs === 0 && this._buffer.length > 0) {
+      const batch = this._buffer.splice(0, BATCH);
+      try {
+        const summary = await this._streamOutcomes(batch);
+        this._note(true);
+        delivered += summary.refused === 0 ? batch.reduce((n, r) => n + Math.max(r.count || 0, 1), 0) : summary.accepted;
+      } catch (err) {
+        if (!unreachable(err)) continue;  // refused whole: sending it again would not help
+        this._note(false);
+        // At least once: a batch cut off mid-way is sent again, ahead of newer ones.
+        this._buffer.unshift(...batch.slice(0, Math.max(0, this._o.maxBufferedReports - this._buffer.length)));
+        return delivered;
+      }
+    }
+    return delivered;
+  }
+}
+
+// What failureFromResponse keeps of a reply: the headers with reset times and
+// at most 16 KiB of body; failoverd reads the provider's error code, message
+// and reset time from them.
+const MAX_BODY_BYTES = 16 * 1024;
+const MAX_HEADERS = 32;
+
+function isResetHeader(name) {
+  const lower = name.toLowerCase();
+  return lower === 'retry-after' || lower.startsWith('x-ratelimit-') || lower.startsWith('anthropic-ratelimit-');
+}
+
+// The Failure for an upstream's HTTP error reply. headers: a plain object, a
+// Map, fetch's Headers or [name, value] pairs; body: a string or a Buffer.
+function failureFromResponse(status, headers, body) {
+  const entries = headers instanceof Map || (headers && typeof headers.entries === 'function' && !Array.isArray(headers))
+    ? [...headers.entries()] : Array.isArray(headers) ? headers : Object.entries(headers || {});
+  const kept = {};
+  let count = 0;
+  for (const [name, value] of entries) {
+    const v = String(value);
+    if (isResetHeader(name) && count < MAX_HEADERS && name.length + v.length <= 1024) {
+      kept[name.toLowerCase()] = v;
+      count += 1;
+    }
+  }
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(String(body || ''), 'utf8');
+  return {http_status: status, phase: 'PHASE_BEFORE_RESPONSE',
+    response: {headers: kept, body: bytes.subarray(0, MAX_BODY_BYTES)}};
+}
+
+// The Failure for an HTTP status when the reply itself is not at hand.
+function failureFromStatus(status, message = '', retryAfterSeconds = undefined) {
+  const failure = {http_status: status, message, phase: 'PHASE_BEFORE_RESPONSE'};
+  if (retryAfterSeconds !== undefined) failure.retry_after = duration(retryAfterSeconds);
+  return failure;
+}
+
+const TRANSPORT_ERRORS = {
+  ECONNREFUSED: 'TRANSPORT_ERROR_CONNECT_REFUSED', ENOTFOUND: 'TRANSPORT_ERROR_DNS', EAI_AGAIN: 'TRANSPORT_ERROR_DNS',
+  ECONNRESET: 'TRANSPORT_ERROR_RESET', EPIPE: 'TRANSPORT_ERROR_RESET', ETIMEDOUT: 'TRANSPORT_ERROR_TIMEOUT',
+  UND_ERR_CONNECT_TIMEOUT: 'TRANSPORT_ERROR_TIMEOUT', ERR_TLS_CERT_ALTNAME_INVALID: 'TRANSPORT_ERROR_TLS',
+  DEPTH_ZERO_SELF_SIGNED_CERT: 'TRANSPORT_ERROR_TLS', CERT_HAS_EXPIRED: 'TRANSPORT_ERROR_TLS',
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'TRANSPORT_ERROR_TLS',
+};
+
+// The Failure for a call that got no HTTP reply (Node's error codes; fetch
+// puts them on err.cause).
+function failureFromError(err, afterFirstByte = false) {
+  const code = (err && (err.code || (err.cause && err.cause.code))) || '';
+  const timeout = err && (err.name === 'TimeoutError' || err.name === 'AbortError');
+  return {transport_error: TRANSPORT_ERRORS[code] || (timeout ? 'TRANSPORT_ERROR_TIMEOUT' : 'TRANSPORT_ERROR_UNSPECIFIED'),
+    message: String(err && err.message ? err.message : err).slice(0, 1024),
+    phase: afterFirstByte ? 'PHASE_AFTER_FIRST_BYTE' : 'PHASE_BEFORE_RESPONSE'};
+}
+
+module.exports = {Client, failureFromResponse, failureFromStatus, failureFromError};

@@ -1,0 +1,179 @@
+// The Node package (client/node), installed from its npm pack tarball, against
+// the real failoverd: the loop, admin refusals followed, failoverd killed
+// mid-run and restarted, a hung failoverd costing one deadline, tokens.
+// usage: node --test test.js   (FAILOVERD_BINARY and the package installed next to it)
+'use strict';
+const assert = require('node:assert');
+const {test} = require('node:test');
+const {spawn} = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+const {Client, failureFromStatus} = require('failoverd-client');
+
+const BINARY = process.env.FAILOVERD_BINARY;
+const PROTO_DIR = path.join(path.dirname(require.resolve('failoverd-client')), 'proto');
+const v1 = grpc.loadPackageDefinition(protoLoader.loadSync(['failover/v1/admin.proto'],
+    {includeDirs: [PROTO_DIR], keepCase: true, enums: String, longs: Number, defaults: true, oneofs: true})).failover.v1;
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = s.address().port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+// Polls `check` until it holds or `timeoutMs` passes: a condition with a deadline, never a fixed wait.
+async function eventually(check, timeoutMs = 10000) {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return check();
+}
+
+async function startFailoverd(dir, port, extra = []) {
+  const portFile = path.join(dir, 'port');
+  fs.rmSync(portFile, {force: true});
+  const proc = spawn(BINARY, ['--listen', `127.0.0.1:${port}`, '--port-file', portFile, '--data-dir',
+    path.join(dir, 'data'), '--metrics-listen', '', ...extra], {stdio: 'ignore'});
+  assert.ok(await eventually(() => fs.existsSync(portFile) && fs.statSync(portFile).size > 0), 'failoverd did not start');
+  return {proc, address: `127.0.0.1:${port}`,
+    stop(signal = 'SIGKILL') {
+      return new Promise((resolve) => {
+        if (proc.exitCode !== null || proc.signalCode !== null) return resolve();
+        proc.once('exit', resolve);
+        proc.kill(signal);
+      });
+    }};
+}
+
+function admin(address, method, request, token) {
+  const stub = new v1.AdminService(address, grpc.credentials.createInsecure());
+  const md = new grpc.Metadata();
+  if (token) md.set('authorization', `Bearer ${token}`);
+  return new Promise((resolve, reject) => stub[method](request, md, (err, resp) => {
+    stub.close();
+    err ? reject(err) : resolve(resp);
+  }));
+}
+
+const config = {targets: [{name: 'a'}, {name: 'b'}], chains: [{name: 'ch', targets: ['a', 'b']}]};
+const okOn = (...targets) => async (a) => targets.includes(a.target)
+  ? {ok: true, response: `from ${a.target}`, latencyMs: 2}
+  : {ok: false, failure: failureFromStatus(500, 'upstream broke')};
+
+async function withServer(fn, extra = []) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-node-'));
+  const port = await freePort();
+  const server = {current: await startFailoverd(dir, port, extra), dir, port};
+  try {
+    await fn(server);
+  } finally {
+    server.current.proc.kill('SIGCONT');
+    await server.current.stop();
+  }
+}
+
+test('the loop follows failoverd\'s verdicts', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address});
+  const r = await client.run('ch', okOn('b'));
+  assert.ok(r.ok, r.error);
+  assert.strictEqual(r.servedBy, 'b');
+  assert.strictEqual(r.response, 'from b');
+  assert.deepStrictEqual(r.attempts.map((a) => a.target), ['a', 'b']);
+  assert.strictEqual(r.attempts[0].verdict, 'VERDICT_TRY_NEXT');
+  assert.strictEqual(r.attempts[0].reason, 'FAILURE_REASON_SERVER_ERROR');
+  assert.strictEqual((await client.run('ch', okOn('a', 'b'))).servedBy, 'b');  // a tripped
+  client.close();
+}));
+
+test('admin refusals are followed, not taken for an outage', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  for (const target of ['a', 'b']) await admin(s.current.address, 'TriggerFailover', {target});
+  const client = new Client({server: s.current.address});
+  const calls = [];
+  const r = await client.run('ch', async (a) => { calls.push(a.target); return {ok: true}; });
+  assert.ok(!r.ok);
+  assert.ok(!r.failStatic);
+  assert.deepStrictEqual(calls, [], 'traffic went to targets an admin took out');
+  client.close();
+}));
+
+test('killed mid-run: serves from the last plan, sends the backlog after a restart', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address, timeoutMs: 2000});
+  assert.strictEqual((await client.run('ch', okOn('b'))).servedBy, 'b');
+  await s.current.stop('SIGKILL');
+  for (let i = 0; i < 3; i++) {
+    const r = await client.run('ch', okOn('b'));
+    assert.ok(r.ok, r.error);
+    assert.ok(r.failStatic);
+    assert.strictEqual(r.servedBy, 'b');
+  }
+  assert.ok(client.bufferedReports > 0);
+  s.current = await startFailoverd(s.dir, s.port);
+  assert.ok(await eventually(() => client.bufferedReports === 0), 'the backlog was not sent');
+  assert.ok(await eventually(async () => !(await client.run('ch', okOn('b'))).failStatic));
+  assert.strictEqual(client.droppedReports, 0);
+  client.close();
+}));
+
+test('a hung failoverd costs one deadline, then nothing', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address, timeoutMs: 1000, downBackoffMs: 100, maxDownBackoffMs: 200});
+  assert.ok(!(await client.run('ch', okOn('a'))).failStatic);
+  s.current.proc.kill('SIGSTOP');
+  assert.ok((await client.run('ch', okOn('a'))).failStatic);  // waits out one deadline
+  let slowest = 0;
+  const start = Date.now();
+  while (Date.now() - start < 800) {  // several times the backoff
+    const t0 = Date.now();
+    const r = await client.run('ch', okOn('a'));
+    slowest = Math.max(slowest, Date.now() - t0);
+    assert.ok(r.ok && r.failStatic);
+    await new Promise((resolve) => setImmediate(resolve));  // let the client's timer run, as a real server would
+  }
+  assert.ok(slowest < 500, `a request waited on the hung failoverd (${slowest} ms)`);
+  s.current.proc.kill('SIGCONT');
+  assert.ok(await eventually(async () => !(await client.run('ch', okOn('a'))).failStatic));
+  client.close();
+}));
+
+test('a cancelled request and a past deadline stop the loop', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address});
+  const controller = new AbortController();
+  controller.abort();
+  let r = await client.run('ch', okOn('a'), {signal: controller.signal});
+  assert.ok(!r.ok && r.error.includes('cancelled') && r.attempts.length === 0, r.error);
+  r = await client.run('ch', okOn('a'), {timeoutMs: 0});
+  assert.ok(!r.ok && r.error.includes('deadline') && r.attempts.length === 0, r.error);
+  client.close();
+}));
+
+test('tokens are sent', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-node-'));
+  fs.writeFileSync(path.join(dir, 'tokens'), 'admin ops admin-secret\ndecide gw decide-secret\n');
+  const s = await startFailoverd(dir, await freePort(), ['--tokens-file', path.join(dir, 'tokens')]);
+  try {
+    await admin(s.address, 'Apply', config, 'admin-secret');
+    const anonymous = new Client({server: s.address});
+    const refused = await anonymous.run('ch', okOn('a'));
+    assert.ok(!refused.ok && !refused.failStatic, 'refused, not unreachable');
+    anonymous.close();
+    const client = new Client({server: s.address, token: 'decide-secret'});
+    assert.ok((await client.run('ch', okOn('a'))).ok);
+    client.close();
+  } finally {
+    await s.stop();
+  }
+});

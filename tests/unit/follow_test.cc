@@ -126,8 +126,35 @@ class FollowTest : public ::testing::Test {
     return out;
   }
 
+  // The verdict each chain's first planned target gets for failures that
+  // change no state: the caller's own admission refusal (moves on, never
+  // counted) and a 400 (the caller's error: no other target can help).
+  std::string Verdicts(Engine& e) {
+    std::string out;
+    for (const ChainView& c : e.ListChains()) {
+      const std::vector<std::string> plan = Plan(e, c.config.name);
+      if (plan.empty()) continue;
+      for (uint32_t status : {0u, 400u}) {
+        ReportRequest req;
+        req.chain = c.config.name;
+        req.target = plan.front();
+        req.facts = Http(status);
+        req.facts.admission_rejected = status == 0;
+        ReportResult r;
+        Events events;
+        EXPECT_TRUE(e.Report(req, now_, &r, &events).ok());
+        out += c.config.name + " " + std::to_string(status) + ": " + VerdictName(r.verdict) + " next=" +
+               (r.has_next ? r.next.target->config.name : "-") + " delay=" + absl::FormatDuration(r.retry_delay) +
+               "\n";
+      }
+    }
+    return out;
+  }
+
   void ExpectSame() {
     Forward();
+    EXPECT_EQ(Verdicts(*follower_), Verdicts(lead_));
+    EXPECT_TRUE(pending_.empty()) << "a verdict probe changed state";
     EXPECT_EQ(Describe(*follower_), Describe(lead_));
     EXPECT_EQ(follower_->next_sequence(), lead_.next_sequence());
     EXPECT_EQ(follower_->generation(), lead_.generation());

@@ -203,8 +203,18 @@ absl::Duration Client::ProbeInterval() const {
   return down_until_ == absl::InfinitePast() ? absl::InfiniteDuration() : down_backoff_;
 }
 
+void Client::CallBudget::Prepare(const ConnectionOptions& connection, grpc::ClientContext* ctx) {
+  PrepareContext(connection, ctx);
+  const auto now = std::chrono::system_clock::now();
+  const auto end = now + absl::ToChronoMicroseconds(std::max(left_, absl::ZeroDuration()));
+  if (ctx->deadline() > end) ctx->set_deadline(end);
+  started_ = std::chrono::steady_clock::now();
+}
+
+void Client::CallBudget::Spend() { left_ -= absl::FromChrono(std::chrono::steady_clock::now() - started_); }
+
 Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,
-                            std::string* refusal) {
+                            std::string* refusal, CallBudget* budget) {
   if (options_.local != nullptr && options_.local->Ready()) {
     const grpc::Status s = options_.local->Report(req, resp);
     if (!s.ok()) {
@@ -231,8 +241,9 @@ Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutco
   }
   if (SkippingFailoverd()) return Sent::kUnreachable;
   grpc::ClientContext ctx;
-  PrepareContext(options_.connection, &ctx);
+  budget->Prepare(options_.connection, &ctx);
   const grpc::Status s = stub_->ReportOutcome(&ctx, req, resp);
+  budget->Spend();
   const bool unreachable = !s.ok() && Unreachable(s, ctx);
   NoteReached(!unreachable);
   if (s.ok()) return Sent::kDelivered;
@@ -371,7 +382,7 @@ struct Client::HedgeResult {
 };
 
 Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTargetResponse& plan,
-                                  const AttemptFn& attempt) {
+                                  const AttemptFn& attempt, CallBudget* budget) {
   struct Racer {
     v1::Attempt target;
     AttemptContext ctx;
@@ -438,7 +449,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
     record.latency = out.latency;
     v1::ReportOutcomeResponse verdict;
-    switch (Report(report, &verdict, &h.refusal)) {
+    switch (Report(report, &verdict, &h.refusal, budget)) {
       case Sent::kDelivered:
         record.verdict = verdict.verdict();
         record.reason = verdict.reason();
@@ -472,6 +483,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   pick.set_session_key(options.session_key);
   pick.set_request_id(options.request_id);
   for (const std::string& t : options.exclude_targets) pick.add_exclude_targets(t);
+  CallBudget budget(options_.failoverd_budget);
   v1::PickTargetResponse plan;
   // From the local copy when there is one; else from failoverd, unless it did
   // not answer a moment ago: then fail-static at once rather than wait out
@@ -487,8 +499,9 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     unreachable = true;
   } else {
     grpc::ClientContext ctx;
-    PrepareContext(options_.connection, &ctx);
+    budget.Prepare(options_.connection, &ctx);
     picked = stub_->PickTarget(&ctx, pick, &plan);
+    budget.Spend();
     unreachable = !picked.ok() && Unreachable(picked, ctx);
     NoteReached(!unreachable);
   }
@@ -525,7 +538,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   uint32_t number = 1;
   std::optional<AttemptOutcome> ready;  // the current attempt's outcome, already in hand
   if (options.idempotent && plan_attempts.size() >= 2 && FromProto(plan.hedge_after()) > absl::ZeroDuration()) {
-    HedgeResult h = Hedge(chain, plan, attempt);
+    HedgeResult h = Hedge(chain, plan, attempt, &budget);
     if (!h.hedged) {
       ready = std::move(h.first);
     } else {
@@ -582,7 +595,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
     v1::ReportOutcomeResponse verdict;
     std::string refusal;
-    const Sent sent = Report(report, &verdict, &refusal);
+    const Sent sent = Report(report, &verdict, &refusal, &budget);
     if (sent == Sent::kRefused) {
       // failoverd answered (the chain was deleted, say): not fail-static.
       result.attempts.push_back(record);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -137,6 +138,11 @@ struct ClientOptions {
   // no answer); without, for that long, and then the next request asks.
   absl::Duration down_backoff = absl::Seconds(1);
   absl::Duration max_down_backoff = absl::Seconds(5);
+  // The most one request waits on failoverd, its PickTarget and its failure
+  // reports together (each call also has connection.timeout_seconds). Past it
+  // the request goes on fail-static and failoverd counts as not answering, so
+  // even the first request to meet a hung failoverd pays no more than this.
+  absl::Duration failoverd_budget = absl::Milliseconds(250);
   // The clock for that backoff; tests inject their own.
   std::function<absl::Time()> now;
 };
@@ -175,7 +181,21 @@ class Client {
   enum class Sent { kDelivered, kUnreachable, kRefused };
   // kRefused: failoverd answered with an error (in `refusal`); it would never
   // accept the report, so it is not buffered.
-  Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal);
+  // What is left of one request's failoverd_budget: each call to failoverd
+  // spends from it the time it took.
+  class CallBudget {
+   public:
+    explicit CallBudget(absl::Duration total) : left_(total) {}
+    // The call's deadline: the connection's timeout, cut to what is left.
+    void Prepare(const ConnectionOptions& connection, grpc::ClientContext* ctx);
+    void Spend();  // the time since Prepare
+
+   private:
+    absl::Duration left_;
+    std::chrono::steady_clock::time_point started_;
+  };
+  Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal,
+              CallBudget* budget);
   // Returns the backlog's size. A success on the same chain and target as
   // the newest buffered one joins it (ReportOutcomeRequest.count).
   size_t Buffer(v1::ReportOutcomeRequest req);
@@ -191,7 +211,8 @@ class Client {
                        const RunOptions& options, LoopResult result);
   // The first two attempts of a hedged plan (see the top of this file).
   struct HedgeResult;
-  HedgeResult Hedge(const std::string& chain, const v1::PickTargetResponse& plan, const AttemptFn& attempt);
+  HedgeResult Hedge(const std::string& chain, const v1::PickTargetResponse& plan, const AttemptFn& attempt,
+                    CallBudget* budget);
 
   std::shared_ptr<v1::DecisionService::StubInterface> stub_;
   ClientOptions options_;

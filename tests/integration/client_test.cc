@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/upstream_failure.h"
@@ -244,6 +246,15 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
 namespace failover::testing {
 namespace {
 
+// The state letter of /proc/PID/stat ('T' once stopped), or 0.
+char ProcessState(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? 0 : line[paren + 2];
+}
+
 // A hung failoverd (SIGSTOP) is noticed once: the request that meets it pays
 // its failoverd_budget, the ones after it go fail-static without waiting on it,
 // and the client's own thread finds failoverd again once it runs (SIGCONT).
@@ -269,6 +280,7 @@ TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
   ASSERT_FALSE((*client)->Run("ch", ok).fail_static);
 
   ASSERT_EQ(::kill(proc.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(Eventually([&] { return ProcessState(proc.pid()) == 'T'; }));  // the stop is asynchronous
   // The first request to meet it waits out its budget, not the call's 5 s timeout.
   const auto first_start = std::chrono::steady_clock::now();
   client::LoopResult first = (*client)->Run("ch", ok);

@@ -39,6 +39,12 @@ async function eventually(check, timeoutMs = 10000) {
   return check();
 }
 
+// The state letter of /proc/PID/stat ('T' once stopped).
+function processState(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+}
+
 async function startFailoverd(dir, port, extra = []) {
   const portFile = path.join(dir, 'port');
   fs.rmSync(portFile, {force: true});
@@ -132,6 +138,7 @@ test('a hung failoverd costs one deadline, then nothing', () => withServer(async
   const client = new Client({server: s.current.address, timeoutMs: 1000, downBackoffMs: 100, maxDownBackoffMs: 200});
   assert.ok(!(await client.run('ch', okOn('a'))).failStatic);
   s.current.proc.kill('SIGSTOP');
+  assert.ok(await eventually(() => processState(s.current.proc.pid) === 'T'));  // the stop is asynchronous
   assert.ok((await client.run('ch', okOn('a'))).failStatic);  // waits out one deadline
   let slowest = 0;
   const start = Date.now();

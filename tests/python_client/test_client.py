@@ -39,6 +39,12 @@ def eventually(check, timeout=10.0):
     return check()
 
 
+def process_state(pid):
+    """The state letter of /proc/PID/stat ("T" once stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 class Failoverd:
     def __init__(self, data_dir, port, extra=()):
         self.address = f"127.0.0.1:{port}"
@@ -131,6 +137,7 @@ class ClientTest(unittest.TestCase):
         with Client(self.server.address, timeout=1, down_backoff=0.1, max_down_backoff=0.2) as client:
             self.assertFalse(client.run("ch", ok_on("a")).fail_static)
             self.server.proc.send_signal(signal.SIGSTOP)
+            self.assertTrue(eventually(lambda: process_state(self.server.proc.pid) == "T"))  # asynchronous
             self.assertTrue(client.run("ch", ok_on("a")).fail_static)  # waits out one deadline
             slowest, start = 0.0, time.monotonic()
             while time.monotonic() - start < 0.8:  # several times the backoff

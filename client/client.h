@@ -103,8 +103,9 @@ class LocalDecider {
   virtual ~LocalDecider() = default;
   // False until the first copy of the state arrived: calls go to failoverd.
   virtual bool Ready() const = 0;
-  // How old the copy may be: zero while it follows failoverd live, the time
-  // since it lost failoverd otherwise, InfiniteDuration before the first copy.
+  // How old the copy may be: zero while failoverd is heard from (a change or
+  // its heartbeat, about once a second), else the time since it last was;
+  // InfiniteDuration before the first copy.
   virtual absl::Duration Staleness() const = 0;
   virtual grpc::Status Pick(const v1::PickTargetRequest& req, v1::PickTargetResponse* resp) = 0;
   virtual grpc::Status Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) = 0;

@@ -23,7 +23,8 @@ LocalDecisions::LocalDecisions(std::shared_ptr<v1::DecisionService::StubInterfac
       connection_(std::move(connection)),
       options_(options),
       clock_(std::make_unique<RealClock>()),
-      thread_([this] { Follow(); }) {}
+      thread_([this] { Follow(); }),
+      watchdog_([this] { Watch(); }) {}
 
 LocalDecisions::~LocalDecisions() {
   {
@@ -33,6 +34,7 @@ LocalDecisions::~LocalDecisions() {
   }
   changed_.notify_all();
   thread_.join();
+  watchdog_.join();
 }
 
 std::shared_ptr<LocalDecisions::Copy> LocalDecisions::Current() const {
@@ -57,8 +59,28 @@ grpc::Status LocalDecisions::Report(const v1::ReportOutcomeRequest& req, v1::Rep
 absl::Duration LocalDecisions::Staleness() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (copy_ == nullptr) return absl::InfiniteDuration();
-  if (connected_) return absl::ZeroDuration();
-  return clock_->Now() - broke_at_;
+  const absl::Duration silent = clock_->Now() - last_heard_;
+  return connected_ && silent < options_.silence ? absl::ZeroDuration() : silent;
+}
+
+void LocalDecisions::Heard() {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_heard_ = clock_->Now();
+}
+
+void LocalDecisions::Watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  grpc::ClientContext* given_up = nullptr;
+  while (!stop_) {
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(std::min(options_.silence / 4, absl::Milliseconds(250))),
+                      [&] { return stop_; });
+    if (stop_ || stream_ == nullptr || stream_ == given_up) continue;
+    // A stream that never delivered counts from its start.
+    if (clock_->Now() - std::max(last_heard_, stream_started_) < options_.silence) continue;
+    given_up = stream_;
+    stream_->TryCancel();  // Follow starts over
+    silences_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 uint64_t LocalDecisions::next_sequence() const {
@@ -89,12 +111,12 @@ void LocalDecisions::Follow() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       stream_ = &ctx;
+      stream_started_ = clock_->Now();
     }
     const uint64_t loads_before = loads();
     const grpc::Status ended = FollowOnce(&ctx);
     std::unique_lock<std::mutex> lock(mu_);
     stream_ = nullptr;
-    if (connected_) broke_at_ = clock_->Now();
     connected_ = false;
     last_error_ = absl::StrCat(ended.error_code(), ": ", ended.error_message());
     // A stream that delivered a state was healthy: follow again soon.
@@ -120,6 +142,7 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
   size_t parts = 0;
   std::shared_ptr<Copy> copy;  // the one this stream loaded
   while (reader->Read(&update)) {
+    Heard();
     if (update.has_state()) {
       absl::Status added = api::AddStatePart(update.state(), parts++, &pending);
       if (!added.ok()) return give_up(std::string(added.message()));
@@ -153,6 +176,8 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
         std::lock_guard<std::mutex> lock(mu_);  // so WaitForSequence cannot miss the wakeup
       }
       changed_.notify_all();
+    } else if (update.has_heartbeat()) {  // failoverd is alive; nothing changed
+      heartbeats_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return reader->Finish();

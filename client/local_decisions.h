@@ -4,7 +4,8 @@
 // network hop. The copy follows FollowState: the whole state, then every
 // Change in order; after a broken stream (failoverd restarted, the network
 // went away, the copy fell behind) it follows again and starts over from a
-// fresh state. Trips, recoveries, switches and holds stay failoverd's to
+// fresh state; a stream on which failoverd fell silent (no heartbeat) is given
+// up too. Trips, recoveries, switches and holds stay failoverd's to
 // decide: the copy makes none, the client's reports reach failoverd through
 // its background flusher, and failoverd's decisions come back as Changes.
 //
@@ -39,6 +40,10 @@ struct LocalOptions {
   // from the first to the second).
   absl::Duration retry_min = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(2);
+  // failoverd sends something about once a second. Heard nothing for this
+  // long, the copy counts as stale (a hung failoverd keeps its connection
+  // open) and the stream is given up and followed again.
+  absl::Duration silence = absl::Seconds(3);
 };
 
 class LocalDecisions final : public LocalDecider {
@@ -66,10 +71,17 @@ class LocalDecisions final : public LocalDecider {
   uint64_t loads() const { return loads_.load(std::memory_order_relaxed); }
   // Why the last stream ended, empty while the first is up.
   std::string last_error() const;
+  // Streams given up because failoverd fell silent.
+  uint64_t silences() const { return silences_.load(std::memory_order_relaxed); }
+  // Heartbeats received (failoverd alive, nothing changed).
+  uint64_t heartbeats() const { return heartbeats_.load(std::memory_order_relaxed); }
 
  private:
   struct Copy;  // one engine with its handlers, replaced whole on each fresh state
   void Follow();
+  // Gives up a stream on which failoverd fell silent (its own thread).
+  void Watch();
+  void Heard();  // something arrived from failoverd
   // Reads one stream until it ends; returns why.
   grpc::Status FollowOnce(grpc::ClientContext* ctx);
   std::shared_ptr<Copy> Current() const;
@@ -79,16 +91,20 @@ class LocalDecisions final : public LocalDecider {
   const LocalOptions options_;
   std::unique_ptr<RealClock> clock_;
   std::atomic<uint64_t> loads_{0};
+  std::atomic<uint64_t> silences_{0};
+  std::atomic<uint64_t> heartbeats_{0};
 
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::shared_ptr<Copy> copy_;                  // guarded by mu_
   bool connected_ = false;                      // guarded by mu_
-  absl::Time broke_at_ = absl::InfinitePast();  // guarded by mu_
+  absl::Time last_heard_ = absl::InfinitePast();      // guarded by mu_: the last message from failoverd
+  absl::Time stream_started_ = absl::InfinitePast();  // guarded by mu_
   std::string last_error_;                      // guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   grpc::ClientContext* stream_ = nullptr;       // guarded by mu_: cancelled by the destructor
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 // The one call most callers need for local decisions: opens the channel

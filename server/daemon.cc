@@ -120,7 +120,7 @@ absl::Status Daemon::Start() {
     if (flags_.config_poll_seconds > 0) reloader_->Watch(absl::Seconds(flags_.config_poll_seconds));
   }
   ticker_ = std::make_unique<Ticker>(engine_.get(), &clock_, store_.get(), flags_.events_keep,
-                                     absl::Hours(flags_.events_max_age_hours));
+                                     absl::Hours(flags_.events_max_age_hours), [this] { changes_->Heartbeat(); });
 
   prometheus::BuildGauge()
       .Name("failover_build_info")

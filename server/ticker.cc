@@ -6,12 +6,13 @@
 namespace failover {
 
 Ticker::Ticker(Engine* engine, const Clock* clock, storage::Store* store, size_t events_keep,
-               absl::Duration events_max_age)
+               absl::Duration events_max_age, std::function<void()> every_tick)
     : engine_(engine),
       clock_(clock),
       store_(store),
       events_keep_(events_keep),
       events_max_age_(events_max_age),
+      every_tick_(std::move(every_tick)),
       thread_([this] { Run(); }) {}
 
 Ticker::~Ticker() { Stop(); }
@@ -31,6 +32,7 @@ void Ticker::Run() {
     mu_.Unlock();
     Events events;
     engine_->Tick(clock_->Now(), &events);
+    if (every_tick_) every_tick_();
     if (tick % 60 == 0) {
       const absl::Status trimmed = store_->TrimEvents(events_keep_, events_max_age_, clock_->Now());
       if (!trimmed.ok()) log::Error(absl::StrCat("event retention failed: ", trimmed.message()));

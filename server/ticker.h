@@ -4,6 +4,7 @@
 // of the event log.
 #pragma once
 
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -16,7 +17,9 @@ namespace failover {
 
 class Ticker {
  public:
-  Ticker(Engine* engine, const Clock* clock, storage::Store* store, size_t events_keep, absl::Duration events_max_age);
+  // `every_tick`, if given, also runs once a tick (FollowState's heartbeat).
+  Ticker(Engine* engine, const Clock* clock, storage::Store* store, size_t events_keep, absl::Duration events_max_age,
+         std::function<void()> every_tick = {});
   // Stops.
   ~Ticker();
   Ticker(const Ticker&) = delete;
@@ -32,6 +35,7 @@ class Ticker {
   storage::Store* const store_;
   const size_t events_keep_;
   const absl::Duration events_max_age_;
+  const std::function<void()> every_tick_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

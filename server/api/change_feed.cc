@@ -51,6 +51,16 @@ void ChangeFeed::Unsubscribe(Follower* f) {
   followers_.erase(std::remove(followers_.begin(), followers_.end(), f), followers_.end());
 }
 
+void ChangeFeed::Heartbeat() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (followers_.empty()) return;
+  v1::StateUpdate update;
+  update.mutable_heartbeat();
+  grpc::ByteBuffer wire;
+  if (!SerializeMessage(update, &wire).ok()) return;
+  for (Follower* f : followers_) f->Heartbeat(wire);
+}
+
 void ChangeFeed::CloseFollowers() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
@@ -100,6 +110,14 @@ void FollowStream::Deliver(const grpc::ByteBuffer& update, size_t bytes) {
   queue_.push_back(update);
   sizes_.push_back(bytes);
   queue_bytes_ += bytes;
+  PumpLocked();
+}
+
+void FollowStream::Heartbeat(const grpc::ByteBuffer& heartbeat) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_ || finished_ || writing_ || !queue_.empty()) return;
+  queue_.push_back(heartbeat);
+  sizes_.push_back(0);
   PumpLocked();
 }
 

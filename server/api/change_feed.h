@@ -27,6 +27,8 @@ class ChangeFeed {
    public:
     virtual ~Follower() = default;
     virtual void Deliver(const grpc::ByteBuffer& update, size_t bytes) = 0;
+    // Queues `heartbeat` unless something is queued or being written already.
+    virtual void Heartbeat(const grpc::ByteBuffer& heartbeat) = 0;
     virtual void Close() = 0;  // failoverd is shutting down
   };
 
@@ -41,6 +43,8 @@ class ChangeFeed {
   [[nodiscard]] absl::StatusOr<std::vector<grpc::ByteBuffer>> Subscribe(Follower* f, size_t max_followers,
                                                                         size_t part_bytes);
   void Unsubscribe(Follower* f);
+  // Tells every idle follower that failoverd is alive (about once a second).
+  void Heartbeat();
   void CloseFollowers();
   size_t follower_count() const;
 
@@ -65,6 +69,7 @@ class FollowStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pu
   static FollowStream* Start(ChangeFeed* feed, const FollowOptions& options, const absl::Status& allowed);
 
   void Deliver(const grpc::ByteBuffer& update, size_t bytes) override;
+  void Heartbeat(const grpc::ByteBuffer& heartbeat) override;
   void Close() override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;

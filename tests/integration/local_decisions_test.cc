@@ -225,6 +225,31 @@ TEST_F(LocalDecisionsTest, WithoutACopyDecisionsAreFailoverds) {
   EXPECT_EQ(client.local()->Staleness(), absl::InfiniteDuration());
 }
 
+// A hung failoverd keeps its connections open: the copy notices the missing
+// heartbeats, says it is stale, follows again, and decisions go on from it.
+TEST_F(LocalDecisionsTest, AHungFailoverdMakesTheCopyStaleWhileDecisionsGoOn) {
+  ASSERT_TRUE(Apply(TwoTargetConfig()).ok());
+  client::LocalOptions options;
+  options.silence = absl::Milliseconds(1500);  // failoverd's heartbeat comes every second
+  options.retry_max = absl::Milliseconds(200);
+  client::LocalDecisions local(v1::DecisionService::NewStub(proc_->Channel()), client::ConnectionOptions(), options);
+  ASSERT_TRUE(local.WaitReady(absl::Seconds(10))) << local.last_error();
+  ASSERT_TRUE(Eventually([&] { return local.heartbeats() >= 2; })) << "no heartbeat while nothing changed";
+  EXPECT_EQ(local.Staleness(), absl::ZeroDuration());
+
+  ASSERT_EQ(::kill(proc_pid(), SIGSTOP), 0);
+  ASSERT_TRUE(Eventually([&] { return local.Staleness() > absl::ZeroDuration(); }));
+  ASSERT_TRUE(Eventually([&] { return local.silences() >= 1; }));  // the silent stream was given up
+  v1::PickTargetRequest pick;
+  pick.set_chain("ch");
+  v1::PickTargetResponse plan;
+  EXPECT_TRUE(local.Pick(pick, &plan).ok());  // still deciding, from the copy
+  EXPECT_EQ(plan.active_target(), "a");
+
+  ASSERT_EQ(::kill(proc_pid(), SIGCONT), 0);
+  EXPECT_TRUE(Eventually([&] { return local.Staleness() == absl::ZeroDuration(); })) << local.last_error();
+}
+
 TEST(LocalDecisionsProcessTest, DecisionsGoOnFromTheCopyWhileFailoverdIsAwayAndItCatchesUp) {
   TempDir data;
   const std::string listen = "127.0.0.1:" + std::to_string(FreePort());

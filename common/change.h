@@ -67,6 +67,9 @@ struct Change {
   Events events;
   // The sequence the next event will get once this Change is applied.
   uint64_t next_sequence = 1;
+  // Cluster mode (DESIGN 3.12): the Change's place in the replicated log, from
+  // 1 without gaps. 0 on a single node.
+  uint64_t log_index = 0;
 };
 
 // What storage hands back at start: the sum of every Change stored.
@@ -84,6 +87,8 @@ struct RestoredState {
   std::vector<TargetStateRecord> health;
   std::vector<ChainStateRecord> chain_states;
   uint64_t next_sequence = 1;
+  // Cluster mode: the last log entry this state includes (0: none).
+  uint64_t log_index = 0;
 };
 
 }  // namespace failover

@@ -8,7 +8,8 @@ StateMirror::StateMirror(const RestoredState& start)
     : generation_(start.generation),
       pins_(start.pins),
       manual_(start.manual),
-      next_sequence_(start.next_sequence) {
+      next_sequence_(start.next_sequence),
+      log_index_(start.log_index) {
   for (const TargetConfig& t : start.targets) targets_[t.name] = t;
   for (const ChainConfig& c : start.chains) chains_[c.name] = c;
   for (const TargetStateRecord& r : start.health) health_[r.name] = r;
@@ -48,6 +49,7 @@ void StateMirror::Apply(const Change& change) {
   for (const TargetStateRecord& r : change.targets) health_[r.name] = r;
   for (const ChainStateRecord& r : change.chains) chain_states_[r.name] = r;
   next_sequence_ = std::max(next_sequence_, change.next_sequence);
+  log_index_ = std::max(log_index_, change.log_index);
 }
 
 RestoredState StateMirror::State() const {
@@ -60,6 +62,7 @@ RestoredState StateMirror::State() const {
   for (const auto& [_, r] : health_) s.health.push_back(r);
   for (const auto& [_, r] : chain_states_) s.chain_states.push_back(r);
   s.next_sequence = next_sequence_;
+  s.log_index = log_index_;
   return s;
 }
 

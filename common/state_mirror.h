@@ -20,6 +20,7 @@ class StateMirror {
   // The state as storage would restore it.
   RestoredState State() const;
   uint64_t next_sequence() const { return next_sequence_; }
+  uint64_t log_index() const { return log_index_; }
 
  private:
   uint64_t generation_ = 0;
@@ -30,6 +31,7 @@ class StateMirror {
   std::map<std::string, TargetStateRecord> health_;
   std::map<std::string, ChainStateRecord> chain_states_;
   uint64_t next_sequence_ = 1;
+  uint64_t log_index_ = 0;
 };
 
 }  // namespace failover

@@ -27,6 +27,7 @@ absl::Status ConfigReloader::Apply() {
   // A rejected version (one that does not parse, too) is not retried until
   // the files change again.
   fingerprint_ = config::Fingerprint(path_);
+  if (gate_ && !gate_()) return absl::OkStatus();
   auto rejected = [&](absl::Status s) {
     ++rejected_in_a_row_;
     if (on_result_) on_result_(false);

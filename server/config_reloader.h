@@ -28,6 +28,9 @@ class ConfigReloader {
   [[nodiscard]] absl::Status Apply();
   // Apply(), logging the outcome; for SIGHUP and the watcher.
   void Reload(const char* why);
+  // Cluster mode: only the leader applies the files (`gate` says whether this
+  // replica is it); a follower notes their version and applies nothing.
+  void SetGate(std::function<bool()> gate) { gate_ = std::move(gate); }
   // Polls for changes every `interval` until destroyed.
   void Watch(absl::Duration interval);
 
@@ -37,6 +40,7 @@ class ConfigReloader {
   const Clock* clock_;
   Committer* committer_;
   const std::function<void(bool)> on_result_;
+  std::function<bool()> gate_;
   absl::Mutex mu_;  // one apply at a time
   std::string fingerprint_;
   int rejected_in_a_row_ = 0;  // versions rejected since the last accepted one

@@ -2,8 +2,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "prometheus/exposer.h"
@@ -18,6 +21,7 @@
 #include "server/api/metrics.h"
 #include "server/api/release_memory.h"
 #include "server/api/service_context.h"
+#include "server/cluster/replica.h"
 #include "server/committer/committer.h"
 #include "server/config_reloader.h"
 #include "server/credentials.h"
@@ -58,10 +62,51 @@ void Daemon::OnWrites(const absl::Status& status) {
   SetServingLocked(serving_ && writes_ok_);
 }
 
+// Cluster mode's etcd client and replica, from the flags.
+static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags& flags, Engine* engine, const Clock* clock) {
+  cluster::ReplicaOptions options;
+  options.etcd.endpoints = absl::StrSplit(flags.etcd_endpoints, ',', absl::SkipWhitespace());
+  options.etcd.ca = flags.etcd_ca;
+  options.etcd.cert = flags.etcd_cert;
+  options.etcd.key = flags.etcd_key;
+  options.etcd.user = flags.etcd_user;
+  if (!flags.etcd_user.empty()) {
+    if (flags.etcd_password_file.empty()) {
+      return absl::InvalidArgumentError("--etcd-user needs --etcd-password-file");
+    }
+    std::ifstream in(flags.etcd_password_file);
+    if (!in || !std::getline(in, options.etcd.password)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd-password-file: cannot read a password from ", flags.etcd_password_file));
+    }
+  }
+  options.prefix = flags.etcd_prefix;
+  options.lease = absl::Seconds(static_cast<int64_t>(flags.leader_lease_seconds));
+  options.peer_ca = flags.peer_ca.empty() ? flags.tls_client_ca : flags.peer_ca;
+  if (!flags.tls_cert.empty()) {
+    // Replicas call each other on their TLS port, presenting their own certificate.
+    options.peer_cert = flags.tls_cert;
+    options.peer_key = flags.tls_key;
+    if (options.peer_ca.empty()) return absl::InvalidArgumentError("--peer-ca: needed in cluster mode with TLS");
+  }
+  auto etcd = cluster::EtcdClient::Create(options.etcd);
+  if (!etcd.ok()) return etcd.status();
+  return std::make_unique<cluster::Replica>(std::move(options), std::move(etcd).value(), engine, clock);
+}
+
 absl::Status Daemon::Start() {
+  const bool cluster_mode = !flags_.etcd_endpoints.empty();
+  if (cluster_mode && flags_.advertise_address.empty() &&
+      (absl::StartsWith(flags_.listen, "0.0.0.0:") || absl::StartsWith(flags_.listen, "[::]:") ||
+       absl::StartsWith(flags_.listen, ":"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--advertise-address: needed in cluster mode when --listen (", flags_.listen,
+        ") is on every interface: the address the other replicas reach this one at"));
+  }
   storage::StoreOptions store_options;
   store_options.events_keep = flags_.events_keep;
   store_options.min_free_bytes = flags_.min_free_mb << 20;
+  store_options.reserve_sequences = !cluster_mode;
   auto store = storage::Store::Open(flags_.data_dir, store_options);
   if (!store.ok()) return Refuse("cannot open the data dir", store.status());
   store_ = std::move(store).value();
@@ -71,6 +116,13 @@ absl::Status Daemon::Start() {
   engine_options.max_targets = flags_.max_targets;
   engine_options.max_chains = flags_.max_chains;
   engine_ = std::make_unique<Engine>(engine_options);
+  if (cluster_mode) {
+    auto replica = MakeReplica(flags_, engine_.get(), &clock_);
+    if (!replica.ok()) return Refuse("cluster mode", replica.status());
+    replica_ = std::move(replica).value();
+    // Only the leader makes changes; it says so once elected.
+    engine_->SetAcceptingChanges(false, "this replica is not the cluster's leader yet");
+  }
   const absl::Time restore_start = clock_.Now();
   auto restored = store_->Load();
   if (!restored.ok()) return Refuse("cannot read the data dir", restored.status());
@@ -83,15 +135,33 @@ absl::Status Daemon::Start() {
   auto recent = store_->RecentEvents(1000);
   if (recent.ok()) events_->Preload(std::move(recent).value());
   changes_ = std::make_unique<api::ChangeFeed>(*restored);
+  const uint64_t restored_index = restored->log_index;
   committer_ = std::make_unique<Committer>(
-      [this](const std::vector<const Change*>& changes) { return store_->Write(changes); },
+      [this](const std::vector<const Change*>& changes) {
+        if (replica_) {
+          return replica_->Write(changes, [this](const std::vector<const Change*>& c) { return store_->Write(c); });
+        }
+        return store_->Write(changes);
+      },
       [this](const Change& change) {
         changes_->Publish(change);
         events_->Publish(change.events);
         metrics_->OnEvents(change.events);
       },
-      [this](const absl::Status& status) { OnWrites(status); });
-  engine_->SetChangeSink([this](Change&& change) { committer_->Submit(std::move(change)); });
+      [this](const absl::Status& status) {
+        // In cluster mode etcd being away stops changes, not decisions: the
+        // replica keeps serving (fail-static) instead of reporting NOT_SERVING.
+        if (replica_) {
+          replica_->OnWrites(status);
+        } else {
+          OnWrites(status);
+        }
+      });
+  if (replica_) committer_->set_max_batch(64);  // one etcd transaction per write
+  engine_->SetChangeSink([this](Change&& change) {
+    if (replica_) replica_->Stamp(&change);
+    committer_->Submit(std::move(change));
+  });
 
   {
     Committer::Scope settled(committer_.get());
@@ -111,10 +181,14 @@ absl::Status Daemon::Start() {
                                {"took", absl::FormatDuration(clock_.Now() - restore_start)}});
   *restored = RestoredState();
   api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
+  if (replica_) {
+    replica_->Prepare(restored_index, committer_.get(), changes_.get(), registry_.get(), absl::Seconds(5));
+  }
 
   if (!flags_.config.empty()) {
     reloader_ = std::make_unique<ConfigReloader>(flags_.config, engine_.get(), &clock_, committer_.get(),
                                                  [this](bool accepted) { metrics_->OnConfigReload(accepted); });
+    if (replica_) reloader_->SetGate([this] { return replica_->IsLeader(); });
     const absl::Status applied = reloader_->Apply();
     if (!applied.ok()) return Refuse("bad config", applied);
     if (flags_.config_poll_seconds > 0) reloader_->Watch(absl::Seconds(flags_.config_poll_seconds));
@@ -160,6 +234,7 @@ absl::Status Daemon::Start() {
   context.committer = committer_.get();
   context.metrics = metrics_.get();
   context.auth = auth_.get();
+  context.leader = replica_.get();
   context.started = clock_.Now();
   context.version = FAILOVERD_VERSION;
   api::WatchOptions watch;
@@ -209,6 +284,15 @@ absl::Status Daemon::Start() {
     auto http = http::HttpServer::Start(http_options, server_->InProcessChannel(channel_args));
     if (!http.ok()) return http.status();
     http_ = std::move(http).value();
+  }
+  if (replica_) {
+    std::string advertise = flags_.advertise_address;
+    if (advertise.empty()) {
+      advertise = flags_.listen.substr(0, flags_.listen.rfind(':') + 1) + std::to_string(port);
+    }
+    replica_->Run(advertise, auth_ ? auth_->TokenFor(api::Role::kDecide) : "", [this] {
+      if (reloader_) reloader_->Reload("this replica became the cluster's leader");
+    });
   }
   log::Fields serving{{"listen", flags_.listen}, {"port", port}};
   if (http_) serving.emplace_back("http_port", http_->port());
@@ -266,6 +350,12 @@ absl::Status Daemon::Stop() {
   }
   reloader_.reset();
   if (ticker_) ticker_->Stop();
+  if (replica_) {
+    // What is queued reaches etcd while the lease still holds, then the
+    // replica resigns so another takes over at once.
+    (void)committer_->AwaitIdle(absl::Seconds(2));
+    replica_->Stop();
+  }
   if (committer_) committer_->Stop();
   absl::Status closed = absl::OkStatus();
   if (store_) closed = store_->Close();

@@ -19,6 +19,10 @@ class Exposer;
 class Registry;
 }
 
+namespace failover::cluster {
+class Replica;
+}  // namespace failover::cluster
+
 namespace failover {
 
 class Committer;
@@ -73,6 +77,7 @@ class Daemon {
   std::unique_ptr<api::EventLog> events_;
   std::unique_ptr<api::ChangeFeed> changes_;  // FollowState
   std::unique_ptr<Committer> committer_;
+  std::unique_ptr<cluster::Replica> replica_;  // cluster mode (--etcd-endpoints)
   std::unique_ptr<ConfigReloader> reloader_;
   std::unique_ptr<Ticker> ticker_;
   std::unique_ptr<prometheus::Exposer> exposer_;

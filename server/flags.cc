@@ -117,6 +117,32 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "one more of either gets RESOURCE_EXHAUSTED")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--etcd-endpoints", flags->etcd_endpoints,
+                 "Cluster mode: etcd v3 endpoints (host:port,host:port,...); several failoverd replicas then share "
+                 "one state in etcd. Empty: a single node on --data-dir");
+  app.add_option("--etcd-prefix", flags->etcd_prefix,
+                 "Cluster mode: the etcd key prefix of this cluster (clusters with different prefixes share an etcd)")
+      ->check([](const std::string& p) {
+        return p.size() >= 2 && p[0] == '/' ? std::string() : std::string("must start with / and name something");
+      })
+      ->capture_default_str();
+  app.add_option("--advertise-address", flags->advertise_address,
+                 "Cluster mode: host:port the other replicas reach this one's gRPC port at (default: the listen "
+                 "address; required when listening on all interfaces)");
+  app.add_option("--leader-lease", flags->leader_lease_seconds,
+                 "Cluster mode: the leader's etcd lease; another replica takes over this long after the leader is "
+                 "lost (whole seconds, at least 2)")
+      ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
+      ->check(CLI::Range(2.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--etcd-ca", flags->etcd_ca, "Cluster mode: CA (PEM) of etcd's server certificates; enables TLS");
+  app.add_option("--etcd-cert", flags->etcd_cert, "Cluster mode: client certificate (PEM) for etcd");
+  app.add_option("--etcd-key", flags->etcd_key, "Cluster mode: client key (PEM) for etcd");
+  app.add_option("--etcd-user", flags->etcd_user, "Cluster mode: etcd user (with --etcd-password-file)");
+  app.add_option("--etcd-password-file", flags->etcd_password_file,
+                 "Cluster mode: file holding the etcd user's password (one line)");
+  app.add_option("--peer-ca", flags->peer_ca,
+                 "Cluster mode with TLS: CA (PEM) of the other replicas' server certificates (default: --tls-client-ca)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,6 +34,17 @@ struct Flags {
   size_t max_watchers = 10000;
   size_t max_targets = 100000;
   size_t max_chains = 100000;
+  // Cluster mode (DESIGN 3.12): on when etcd endpoints are given.
+  std::string etcd_endpoints;  // host:port,host:port
+  std::string etcd_prefix = "/failoverd/default";
+  std::string advertise_address;  // empty: the listen address
+  double leader_lease_seconds = 5;
+  std::string etcd_ca;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;
+  std::string etcd_password_file;
+  std::string peer_ca;  // verifies the other replicas' server certificates
 };
 
 // Parses the command line into `flags`. Returns an exit code when failoverd

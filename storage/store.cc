@@ -113,6 +113,8 @@ namespace {
 
 constexpr char kGenerationKey[] = "generation";
 constexpr char kNextSequenceKey[] = "next_sequence";
+// Cluster mode: the last entry of the replicated Change log written here.
+constexpr char kLogIndexKey[] = "cluster_log_index";
 // Sequences up to here may have been streamed: a start continues after it.
 constexpr char kReservedSequenceKey[] = "sequence_reserved";
 // Sequences reserved ahead by one synced write.
@@ -180,7 +182,7 @@ absl::Status Store::CheckSchema() {
       return absl::DataLossError(absl::StrCat("data dir ", data_dir_, ": unreadable reserved event sequence"));
     }
     reserved_sequence_ = n;
-    if (n > next_sequence_.load()) next_sequence_.store(n);
+    if (options_.reserve_sequences && n > next_sequence_.load()) next_sequence_.store(n);
   }
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
   it->SeekToFirst();
@@ -235,7 +237,9 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
   rocksdb::ColumnFamilyHandle* config = handle(Family::kConfig);
   uint64_t next = next_sequence_.load();
   uint64_t first_event = 0;
+  uint64_t log_index = 0;
   for (const Change* c : changes) {
+    log_index = std::max(log_index, c->log_index);
     if (c->config_generation != 0) {
       for (const TargetConfig& t : c->put_targets) {
         TargetRecord r;
@@ -295,6 +299,7 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
     next = std::max(next, c->next_sequence);
   }
   batch.Put(handle(Family::kMeta), kNextSequenceKey, EncodeUint64(next));
+  if (log_index != 0) batch.Put(handle(Family::kMeta), kLogIndexKey, EncodeUint64(log_index));
   // Retention by count rides along with the write that passes it.
   uint64_t oldest = oldest_event_.load();
   if (oldest == 0) oldest = first_event;
@@ -309,7 +314,7 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
   // and failoverd then judges those targets afresh.
   bool admin = false;
   for (const Change* c : changes) admin = admin || c->config_generation != 0 || !c->pins.empty() || !c->manual.empty();
-  const bool reserve = next > reserved_sequence_;
+  const bool reserve = options_.reserve_sequences && next > reserved_sequence_;
   if (reserve) batch.Put(handle(Family::kMeta), kReservedSequenceKey, EncodeUint64(next + kSequenceBlock));
   RETURN_IF_ERROR(CheckFreeSpace(batch.GetDataSize()));
   rocksdb::WriteOptions sync;
@@ -334,6 +339,14 @@ absl::StatusOr<RestoredState> Store::Load() const {
   RETURN_IF_ERROR(OpenOrRefuse());
   RestoredState state;
   state.next_sequence = next_sequence_.load();
+  {
+    std::string value;
+    const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), handle(Family::kMeta), kLogIndexKey, &value);
+    if (!s.IsNotFound()) {
+      RETURN_IF_ERROR(FromRocks(s, data_dir_));
+      if (!DecodeUint64(value, &state.log_index)) return Corrupt(data_dir_, "meta", kLogIndexKey);
+    }
+  }
   // Restore reads every record once: keeping those blocks cached would only hold memory.
   rocksdb::ReadOptions scan;
   scan.fill_cache = false;

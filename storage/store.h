@@ -64,6 +64,10 @@ struct StoreOptions {
   // than this (plus the write itself): RocksDB must never meet a full disk,
   // which it does not survive (it aborts on the next write). 0 = no check.
   uint64_t min_free_bytes = 64ull << 20;
+  // Hand out no event sequence twice even after a machine crash lost the last
+  // unsynced writes (a gap instead). Off in cluster mode, where the Change log
+  // in etcd numbers events and a replica replays what it lost.
+  bool reserve_sequences = true;
 };
 
 // Thread-safe. Every call after Close() gets FAILED_PRECONDITION instead of

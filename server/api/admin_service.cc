@@ -42,7 +42,8 @@ using failover::v1::StatusResponse;
 
 grpc::ServerUnaryReactor* AdminService::Apply(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoApply);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoApply,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -57,7 +58,8 @@ grpc::ServerUnaryReactor* AdminService::ListTargets(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* AdminService::DeleteTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteTarget);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteTarget,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::GetChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -72,37 +74,44 @@ grpc::ServerUnaryReactor* AdminService::ListChains(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* AdminService::DeleteChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteChain);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoDeleteChain,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::PinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoPinChain);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoPinChain,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::UnpinChain(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoUnpinChain);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoUnpinChain,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::TriggerFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoTriggerFailover);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoTriggerFailover,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::CancelFailover(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoCancelFailover);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoCancelFailover,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::SetTargetEnabled(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoSetTargetEnabled);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoSetTargetEnabled,
+                    Route::kLeader);
 }
 
 grpc::ServerUnaryReactor* AdminService::ProbeNow(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
     grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoProbeNow);
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoProbeNow,
+                    Route::kLeader);
 }
 
 absl::Status AdminService::DoProbeNow(const ProbeNowRequest& req, ProbeNowResponse* resp) {
@@ -358,6 +367,7 @@ absl::Status AdminService::DoGetStatus(const GetStatusRequest& req, StatusRespon
   TimeToProto(now, resp->mutable_server_time());
   DurationToProto(now - ctx_.started, resp->mutable_uptime());
   resp->set_version(ctx_.version);
+  if (ctx_.leader != nullptr) ctx_.leader->Describe(resp->mutable_cluster());
   return absl::OkStatus();
 }
 

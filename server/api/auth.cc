@@ -75,6 +75,13 @@ absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& pat
   return tokens;
 }
 
+std::string Authorizer::TokenFor(Role role) const {
+  for (const Token& t : *tokens()) {
+    if (t.role == Role::kAdmin || t.role == role) return t.value;
+  }
+  return "";
+}
+
 absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) const {
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");

@@ -30,6 +30,9 @@ class Authorizer {
   // Reads the file again (SIGHUP). On an error the tokens in use stay.
   [[nodiscard]] absl::Status Reload();
   size_t token_count() const;
+  // A token that may make calls of `role` (for calls between cluster
+  // replicas, which share the file); empty when there is none.
+  std::string TokenFor(Role role) const;
 
   // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED when the
   // token's role is not enough.

@@ -169,4 +169,9 @@ void FollowStream::OnDone() {
   delete this;
 }
 
+RestoredState ChangeFeed::State() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mirror_.State();
+}
+
 }  // namespace failover::api

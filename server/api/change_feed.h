@@ -43,6 +43,8 @@ class ChangeFeed {
   [[nodiscard]] absl::StatusOr<std::vector<grpc::ByteBuffer>> Subscribe(Follower* f, size_t max_followers,
                                                                         size_t part_bytes);
   void Unsubscribe(Follower* f);
+  // The sum of the Changes published so far (what storage holds).
+  RestoredState State() const;
   // Tells every idle follower that failoverd is alive (about once a second).
   void Heartbeat();
   void CloseFollowers();

@@ -35,7 +35,7 @@ grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerCon
 
 grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                                  grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::DoProbe);
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::DoProbe, Route::kLeader);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::CallbackServerContext* ctx,
@@ -82,6 +82,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       summary.set_accepted(accepted_);
       summary.set_refused(refused_);
       summary.set_first_refusal(first_refusal_);
+      if (ctx_.leader != nullptr) summary.set_cluster_log_index(ctx_.leader->LogIndex());
       const absl::Status serialized = SerializeMessage(summary, response_);
       if (!serialized.ok()) return Refuse(serialized);
       return Finish(grpc::Status::OK);
@@ -253,12 +254,28 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   }
   ReportResult result;
   Events events;
+  // On a cluster follower the counting (trips, recoveries) is the leader's,
+  // so it sees the outcomes of every replica (DESIGN 3.12); the verdict is
+  // this replica's. A failure is counted there first, so the verdict and the
+  // plans after it see a trip it caused; a success goes on afterwards.
+  const bool follower = ctx_.leader != nullptr && !ctx_.leader->IsLeader();
+  const bool relay_after = follower && report.facts.success;
+  if (follower && !report.facts.success) {
+    ReportOutcomeRequest relayed = req;
+    if (relayed.chain().empty()) relayed.set_chain(Engine::ChainOfDecision(req.decision_id()));
+    ctx_.leader->RelayAndWait(std::move(relayed), absl::Milliseconds(500));
+  }
   Committer::Scope changes(ctx_.committer);
   for (uint32_t i = 0; i < std::max<uint32_t>(req.count(), 1); ++i) {
     RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
     if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result, report.latency);
   }
   RETURN_IF_ERROR(changes.Await());
+  if (relay_after) {
+    ReportOutcomeRequest relayed = req;
+    relayed.set_chain(result.chain);
+    ctx_.leader->Relay(std::move(relayed));
+  }
   if (ctx_.metrics != nullptr) {
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();

@@ -6,6 +6,7 @@
 #include "absl/time/time.h"
 #include "server/api/auth.h"
 #include "server/api/event_log.h"
+#include "server/api/leader_link.h"
 #include "server/api/metrics.h"
 #include "server/committer/committer.h"
 #include "common/clock.h"
@@ -26,6 +27,8 @@ struct ServiceContext {
   Committer* committer = nullptr;
   Metrics* metrics = nullptr;        // optional
   const Authorizer* auth = nullptr;  // null: every call is allowed
+  // Cluster mode: the way to the leader; null on a single node.
+  LeaderLink* leader = nullptr;
   absl::Time started;
   std::string version;
 

@@ -76,4 +76,27 @@ absl::Status SerializeMessage(const google::protobuf::Message& message, grpc::By
   return absl::OkStatus();
 }
 
+bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& method,
+                   grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                   grpc::ServerUnaryReactor** reactor) {
+  if (context.leader == nullptr || context.leader->IsLeader()) return false;
+  grpc::Status status;
+  const absl::Status allowed = context.Authorize(*call, role);
+  if (!allowed.ok()) {
+    status = ToGrpcStatus(allowed);
+  } else if (call->client_metadata().count(kForwardedHeader) != 0) {
+    // Passed on by a replica that took this one for the leader: leadership is moving.
+    status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "this replica is not the cluster's leader (leadership is moving); try again");
+  } else {
+    status = context.leader->Forward(method, *call, *in, out);
+  }
+  if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    call->AddTrailingMetadata(kAnsweredTrailer, "1");
+  }
+  *reactor = call->DefaultReactor();
+  (*reactor)->Finish(status);
+  return true;
+}
+
 }  // namespace failover::api

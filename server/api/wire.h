@@ -24,12 +24,45 @@ namespace failover::api {
 // Serializes a response, or a watch event, for a raw call.
 [[nodiscard]] absl::Status SerializeMessage(const google::protobuf::Message& message, grpc::ByteBuffer* out);
 
+// Where a call is served. kLeader: it makes a change (or leases a probe), so
+// in cluster mode a follower passes it, as it came, to the leader.
+enum class Route { kHere, kLeader };
+
+// "/failover.v1.AdminService/PinChain" for PinChainRequest.
+template <class Request>
+const std::string& MethodPathOf() {
+  static const std::string path = [] {
+    const google::protobuf::FileDescriptor* file = Request::descriptor()->file();
+    for (int s = 0; s < file->service_count(); ++s) {
+      const google::protobuf::ServiceDescriptor* service = file->service(s);
+      for (int m = 0; m < service->method_count(); ++m) {
+        if (service->method(m)->input_type() == Request::descriptor()) {
+          return "/" + service->full_name() + "/" + service->method(m)->name();
+        }
+      }
+    }
+    return std::string();
+  }();
+  return path;
+}
+
+// On a follower, sends the call to the leader and answers with its answer.
+// False when this replica serves the call itself.
+bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& method,
+                   grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                   grpc::ServerUnaryReactor** reactor);
+
 // The shape of every unary handler: authorize, parse, run `handler` on the
 // typed request, serialize, finish.
 template <class Service, class Request, class Response>
 grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, grpc::CallbackServerContext* call,
                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Service* service,
-                                     absl::Status (Service::*handler)(const Request&, Response*)) {
+                                     absl::Status (Service::*handler)(const Request&, Response*),
+                                     Route route = Route::kHere) {
+  grpc::ServerUnaryReactor* forwarded = nullptr;
+  if (route == Route::kLeader && ServeAtLeader(context, role, MethodPathOf<Request>(), call, in, out, &forwarded)) {
+    return forwarded;
+  }
   const auto started = std::chrono::steady_clock::now();
   Request request;
   Response response;

@@ -2,12 +2,21 @@
 
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace failover {
 namespace {
 thread_local Committer::Scope* current_scope = nullptr;
+constexpr char kDroppedPayload[] = "type.googleapis.com/failoverd.Dropped";
 }  // namespace
+
+absl::Status Dropped(absl::Status status) {
+  status.SetPayload(kDroppedPayload, absl::Cord("dropped"));
+  return status;
+}
+
+bool IsDropped(const absl::Status& status) { return status.GetPayload(kDroppedPayload).has_value(); }
 
 Committer::Scope::Scope(Committer* committer) : committer_(committer), outer_(current_scope) {
   current_scope = this;
@@ -49,6 +58,9 @@ uint64_t Committer::Submit(Change change) {
 absl::Status Committer::Await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   done_.wait(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
+  for (const DroppedTickets& d : dropped_) {
+    if (ticket >= d.first && ticket <= d.last) return d.why;
+  }
   if (durable_ >= ticket) return absl::OkStatus();
   return failure_;
 }
@@ -58,6 +70,11 @@ void Committer::AwaitPublished(absl::Duration timeout) {
   const uint64_t target = next_ticket_ - 1;
   done_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                  [&] { return published_ >= target || failed_up_to_ >= target; });
+}
+
+bool Committer::AwaitIdle(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return done_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return queue_.empty(); });
 }
 
 void Committer::Stop() {
@@ -85,10 +102,12 @@ void Committer::Run() {
     }
     // Everything ready now goes in one write. The queue keeps the Changes
     // until they are durable, so a failed write is retried whole.
+    const size_t max_batch = max_batch_.load(std::memory_order_relaxed);
+    const size_t take = max_batch == 0 ? queue_.size() : std::min(queue_.size(), max_batch);
     std::vector<const Change*> batch;
-    batch.reserve(queue_.size());
-    for (const auto& [ticket, change] : queue_) batch.push_back(&change);
-    const uint64_t last = queue_.back().first;
+    batch.reserve(take);
+    for (size_t i = 0; i < take; ++i) batch.push_back(&queue_[i].second);
+    const uint64_t last = queue_[take - 1].first;
     const size_t count = batch.size();
     const bool last_try = stopping_;
     lock.unlock();
@@ -107,6 +126,17 @@ void Committer::Run() {
       for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
       lock.lock();
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+      published_ = last;
+      done_.notify_all();
+    } else if (IsDropped(written)) {
+      // Never to be written: dropped, not retried.
+      lock.lock();
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+      const absl::Status why(written.code(), written.message());  // without the mark
+      failure_ = why;
+      failed_up_to_ = last;
+      dropped_.push_back(DroppedTickets{last - count + 1, last, why});
+      if (dropped_.size() > 64) dropped_.pop_front();
       published_ = last;
       done_.notify_all();
     } else {

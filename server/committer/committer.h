@@ -9,8 +9,13 @@
 // further changes and reports NOT_SERVING), and nothing of the failed Changes
 // is published. Sequence numbers are never reused: a Change is numbered once,
 // and nobody sees it before it is on disk.
+//
+// A write that fails with Dropped(status) says its Changes will never be
+// written (in cluster mode: this replica is no longer the leader): they are
+// dropped, not retried, and the callers waiting for them get that error.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -24,6 +29,10 @@
 #include "common/change.h"
 
 namespace failover {
+
+// Marks a write error after which the Changes are dropped instead of retried.
+[[nodiscard]] absl::Status Dropped(absl::Status status);
+bool IsDropped(const absl::Status& status);
 
 class Committer {
  public:
@@ -52,6 +61,11 @@ class Committer {
   // or failed, so a read of the event log that follows an answered call sees
   // that call's events.
   void AwaitPublished(absl::Duration timeout);
+  // Waits (up to `timeout`) until nothing is queued: every Change submitted
+  // so far is published or dropped. False on timeout (a write keeps failing).
+  bool AwaitIdle(absl::Duration timeout);
+  // At most `n` Changes per write (0: no limit); etcd caps a transaction's size.
+  void set_max_batch(size_t n) { max_batch_.store(n, std::memory_order_relaxed); }
   // Writes and publishes what is queued (one last try), then ends the thread.
   // Later Submits are dropped and their Await fails.
   void Stop();
@@ -93,6 +107,15 @@ class Committer {
   absl::Status failure_;       // that write's error
   bool stopping_ = false;
   bool stopped_ = false;
+  // Tickets dropped (Dropped), the latest few, so a later durable write does
+  // not make them look written.
+  struct DroppedTickets {
+    uint64_t first;
+    uint64_t last;
+    absl::Status why;
+  };
+  std::deque<DroppedTickets> dropped_;
+  std::atomic<size_t> max_batch_{0};
   std::thread thread_;
 };
 

@@ -235,6 +235,7 @@ struct ReportResult {
   ChainState chain_state = ChainState::kPrimary;
   std::string active_target;
   bool decision_known = false;
+  std::string chain;  // the chain the outcome was judged in ("" for none)
   std::shared_ptr<const Snapshot> snapshot;  // keeps `next` valid
 };
 
@@ -369,6 +370,13 @@ class Engine {
   // make no transitions: those are the followed engine's to make. A change
   // whose config is invalid is refused whole (INVALID_ARGUMENT).
   [[nodiscard]] absl::Status ApplyChange(const Change& change, absl::Time now);
+  // Makes the state exactly `state` (what storage would restore), dropping
+  // whatever this engine changed since: a cluster replica that stopped being
+  // the leader with Changes it could not write (DESIGN 3.12) goes back to the
+  // replicated state. Decides nothing, emits nothing.
+  [[nodiscard]] absl::Status ResetTo(const RestoredState& state, absl::Time now);
+  // The chain a decision id was made for ("" when it names none).
+  static std::string ChainOfDecision(absl::string_view decision_id);
   // The sequence the next event will get (here or, following, there).
   uint64_t next_sequence() const;
 

@@ -54,6 +54,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   out->classified = c.reason;
   out->counted = c.counts;
   out->decision_known = known;
+  out->chain = chain != nullptr ? chain->config.name : "";
   const std::string summary = req.facts.success ? "" : FailoverRules::Summarize(req.facts);
   // A rate limit that resets later than the target's max_hold (a per-day
   // quota) takes it DOWN until the reset instead of holding it.

@@ -191,6 +191,12 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& out_file, const std::string& err_file) {
+  return Spawn(argv, out_file, err_file);
+}
+
+bool WaitUntil(double timeout_s, const std::function<bool()>& done) { return WaitFor(timeout_s, done); }
+
 std::string FailoverdProcess::Stderr() const { return ReadFile(scratch_.path() + "/stderr"); }
 
 CommandResult RunCommand(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in) {

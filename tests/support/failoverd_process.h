@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +84,12 @@ class ChildProcess {
 
 // A plain HTTP/1.0 GET on loopback; returns the raw response.
 std::string HttpGet(int port, const std::string& path);
+
+// Starts argv in the background with stdin from /dev/null and stdout and stderr
+// to the given files ("" = /dev/null); -1 on failure.
+pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& out_file, const std::string& err_file);
+// Polls `done` every few milliseconds until it is true or `timeout_s` passes.
+bool WaitUntil(double timeout_s, const std::function<bool()>& done);
 
 // Runs a command, captures stdout and stderr, returns the exit code.
 struct CommandResult {

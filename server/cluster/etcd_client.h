@@ -1,0 +1,99 @@
+// A small client for etcd's v3 gRPC API (KV, Watch, Lease, Auth), built on the
+// project's own gRPC from etcd's proto files (DESIGN 3.12). Unary calls go to
+// the endpoint that answered last and move on to the next when one does not
+// answer, so losing an etcd member costs one timeout at most.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+
+namespace failover::cluster {
+
+namespace etcdpb = ::etcdserverpb;
+
+struct EtcdOptions {
+  std::vector<std::string> endpoints;  // host:port
+  // TLS: set `ca` (the CA that signed etcd's certificates) to use it; `cert`
+  // and `key` add a client certificate. Paths to PEM files.
+  std::string ca;
+  std::string cert;
+  std::string key;
+  // etcd users: set both to authenticate.
+  std::string user;
+  std::string password;
+  absl::Duration call_timeout = absl::Seconds(2);
+};
+
+class EtcdClient {
+ public:
+  // Reads the TLS files; does not connect yet.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(EtcdOptions options);
+
+  [[nodiscard]] absl::StatusOr<etcdpb::RangeResponse> Range(const etcdpb::RangeRequest& request);
+  [[nodiscard]] absl::StatusOr<etcdpb::TxnResponse> Txn(const etcdpb::TxnRequest& request);
+  [[nodiscard]] absl::StatusOr<etcdpb::PutResponse> Put(const etcdpb::PutRequest& request);
+  [[nodiscard]] absl::StatusOr<etcdpb::DeleteRangeResponse> DeleteRange(const etcdpb::DeleteRangeRequest& request);
+  // A lease of `ttl`; returns its id.
+  [[nodiscard]] absl::StatusOr<int64_t> Grant(absl::Duration ttl);
+  // Renews a lease once; returns the TTL left (0: the lease is gone).
+  [[nodiscard]] absl::StatusOr<int64_t> KeepAlive(int64_t lease);
+  void Revoke(int64_t lease);
+
+  // One watch stream. Next blocks until etcd sends something; false when the
+  // stream ended (then `status()` says why). Cancel may be called from
+  // another thread and makes Next return false.
+  class Watch {
+   public:
+    ~Watch();
+    bool Next(etcdpb::WatchResponse* response);
+    void Cancel() { context_.TryCancel(); }
+    const absl::Status& status() const { return status_; }
+
+   private:
+    friend class EtcdClient;
+    Watch() = default;
+    grpc::ClientContext context_;
+    std::unique_ptr<grpc::ClientReaderWriter<etcdpb::WatchRequest, etcdpb::WatchResponse>> stream_;
+    absl::Status status_;
+    std::string endpoint_;
+  };
+  // Opens a watch on the next endpoint that takes it.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const etcdpb::WatchCreateRequest& request);
+
+  // Calls that failed since start (every endpoint tried counts once).
+  uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Endpoint {
+    std::string address;
+    std::unique_ptr<etcdpb::KV::Stub> kv;
+    std::unique_ptr<etcdpb::Watch::Stub> watch;
+    std::unique_ptr<etcdpb::Lease::Stub> lease;
+    std::unique_ptr<etcdpb::Auth::Stub> auth;
+  };
+
+  explicit EtcdClient(EtcdOptions options) : options_(std::move(options)) {}
+  // Runs `call` against each endpoint in turn, from the last that answered,
+  // until one answers. etcd's own refusals (a failed compare is not one) end it.
+  template <class Response, class Call>
+  absl::StatusOr<Response> Unary(const char* what, Call call);
+  void Prepare(grpc::ClientContext* context, absl::Duration timeout);
+  absl::Status Authenticate(Endpoint& endpoint);
+
+  const EtcdOptions options_;
+  std::vector<Endpoint> endpoints_;
+  std::atomic<size_t> current_{0};
+  std::atomic<uint64_t> errors_{0};
+  std::mutex token_mu_;
+  std::string token_;  // guarded by token_mu_
+};
+
+}  // namespace failover::cluster

@@ -1,0 +1,70 @@
+#include "server/cluster/log_entry.h"
+
+#include <cstdio>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "proto/model_convert.h"
+#include "proto/state_convert.h"
+#include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+
+namespace failover::cluster {
+namespace {
+
+// etcd's range_end for "every key starting with `prefix`": the prefix with its last byte plus one.
+std::string RangeEndOf(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<unsigned char>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+}  // namespace
+
+Keys::Keys(std::string prefix) : prefix_(std::move(prefix)) {
+  while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
+}
+
+std::string Keys::Log(uint64_t index) const { return absl::StrFormat("%s%020u", LogPrefix(), index); }
+
+std::string Keys::LogEnd() const { return RangeEndOf(LogPrefix()); }
+
+std::string Keys::PrefixEnd() const { return RangeEndOf(prefix_ + "/"); }
+
+std::optional<uint64_t> Keys::IndexOf(absl::string_view key) const {
+  const std::string log = LogPrefix();
+  if (!absl::StartsWith(key, log)) return std::nullopt;
+  uint64_t index = 0;
+  if (!absl::SimpleAtoi(key.substr(log.size()), &index) || index == 0) return std::nullopt;
+  return index;
+}
+
+std::string EncodeEntry(const Change& change, int64_t term) {
+  LogEntry entry;
+  api::ChangeToProto(change, entry.mutable_change());
+  for (const Event& e : change.events) api::EventToProto(e, entry.add_events());
+  entry.set_term(term);
+  return entry.SerializeAsString();
+}
+
+absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index) {
+  LogEntry entry;
+  if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("log entry ", index, ": does not parse"));
+  }
+  absl::StatusOr<Change> change = api::ChangeFromProto(entry.change());
+  if (!change.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("log entry ", index, ": ", change.status().message()));
+  }
+  for (const auto& e : entry.events()) change->events.push_back(api::EventFromProto(e));
+  change->log_index = index;
+  return change;
+}
+
+}  // namespace failover::cluster

@@ -1,0 +1,39 @@
+// Where cluster mode keeps things in etcd, under one prefix (DESIGN 3.12):
+//   <prefix>/leader        the leader's address, on its lease
+//   <prefix>/log/<index>   the Change log, index from 1, 20 digits so keys sort as numbers
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/change.h"
+
+namespace failover::cluster {
+
+class Keys {
+ public:
+  explicit Keys(std::string prefix);
+  const std::string& prefix() const { return prefix_; }
+  std::string Leader() const { return prefix_ + "/leader"; }
+  std::string LogPrefix() const { return prefix_ + "/log/"; }
+  std::string Log(uint64_t index) const;
+  // The end of the log's key range (etcd's range_end for LogPrefix).
+  std::string LogEnd() const;
+  // The end of the whole prefix's key range.
+  std::string PrefixEnd() const;
+  // The index in a log key; nullopt for any other key.
+  std::optional<uint64_t> IndexOf(absl::string_view key) const;
+
+ private:
+  std::string prefix_;
+};
+
+// The serialized entry for `change` (its log_index is the key, not the value).
+std::string EncodeEntry(const Change& change, int64_t term);
+// The Change in an entry; INVALID_ARGUMENT naming the index when it does not parse.
+[[nodiscard]] absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index);
+
+}  // namespace failover::cluster

@@ -1,0 +1,669 @@
+#include "server/cluster/replica.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/trailers.h"
+#include "failover/v1/decision.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "server/log/log.h"
+
+namespace failover::cluster {
+namespace {
+
+constexpr size_t kRangePage = 256;
+constexpr size_t kRelayBatch = 1000;
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+}  // namespace
+
+Replica::Replica(ReplicaOptions options, std::unique_ptr<EtcdClient> etcd, Engine* engine, const Clock* clock)
+    : options_(std::move(options)), keys_(options_.prefix), etcd_(std::move(etcd)), engine_(engine), clock_(clock) {
+  if (!options_.peer_ca.empty() || !options_.peer_cert.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = ReadFileOrEmpty(options_.peer_ca);
+    ssl.pem_cert_chain = ReadFileOrEmpty(options_.peer_cert);
+    ssl.pem_private_key = ReadFileOrEmpty(options_.peer_key);
+    peer_credentials_ = grpc::SslCredentials(ssl);
+  } else {
+    peer_credentials_ = grpc::InsecureChannelCredentials();
+  }
+}
+
+Replica::~Replica() { Stop(); }
+
+// --- writing: the leader's Changes go to the log, fenced on its leadership ---
+
+void Replica::Stamp(Change* change) { change->log_index = last_index_.fetch_add(1) + 1; }
+
+absl::Status Replica::Write(const std::vector<const Change*>& changes, const LocalWrite& local) {
+  std::vector<const Change*> fresh;  // made here and not in etcd yet
+  const uint64_t in_etcd = etcd_index_.load();
+  for (const Change* c : changes) {
+    if (c->log_index > in_etcd) fresh.push_back(c);
+  }
+  if (!fresh.empty()) {
+    const int64_t term = term_.load();
+    if (!IsLeader() || term == 0) {
+      StepDown("a change was made while not the leader");
+      return Dropped(absl::UnavailableError(
+          "not saved: this replica is no longer the cluster's leader; the change was dropped, try again"));
+    }
+    etcdpb::TxnRequest txn;
+    etcdpb::Compare* still_leader = txn.add_compare();
+    still_leader->set_key(keys_.Leader());
+    still_leader->set_target(etcdpb::Compare::CREATE);
+    still_leader->set_result(etcdpb::Compare::EQUAL);
+    still_leader->set_create_revision(term);
+    for (const Change* c : fresh) {
+      etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(keys_.Log(c->log_index));
+      put->set_value(EncodeEntry(*c, term));
+    }
+    absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(txn);
+    if (!written.ok()) {
+      // Not retried: by the time etcd answers again the lease may be gone and
+      // another replica leading. The leader steps down, drops what it made
+      // (its engine goes back to the log's state) and stands again, so a
+      // refused change is not made anywhere.
+      NoteEtcd(written.status());
+      StepDown(absl::StrCat("cannot write the change log: ", written.status().message()));
+      const bool refused = written.status().code() == absl::StatusCode::kInvalidArgument ||
+                           written.status().code() == absl::StatusCode::kResourceExhausted;
+      return Dropped(absl::Status(
+          refused ? written.status().code() : absl::StatusCode::kUnavailable,
+          absl::StrCat("not saved: cannot write the change log to etcd (", written.status().message(),
+                       "); the change was dropped", refused ? "" : ", try again")));
+    }
+    NoteEtcd(absl::OkStatus());
+    if (!written->succeeded()) {
+      StepDown("another replica holds the leader key");
+      return Dropped(absl::UnavailableError(
+          "not saved: this replica lost the cluster's leadership before the change was written; the change was "
+          "dropped, try again"));
+    }
+    const uint64_t last = fresh.back()->log_index;
+    uint64_t known = etcd_index_.load();
+    while (known < last && !etcd_index_.compare_exchange_weak(known, last)) {
+    }
+  }
+  return local(changes);
+}
+
+void Replica::OnWrites(const absl::Status& status) {
+  writes_ok_.store(status.ok());
+  if (status.ok()) {
+    log::Info("change log writes go through again");
+    if (IsLeader()) engine_->SetAcceptingChanges(true);
+  } else {
+    log::Error(absl::StrCat("cannot save state changes, refusing further changes until they go through: ",
+                            status.message()));
+    engine_->SetAcceptingChanges(false, std::string(status.message()));
+  }
+}
+
+// --- start and stop ---
+
+void Replica::Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed,
+                      prometheus::Registry* registry, absl::Duration catch_up) {
+  committer_ = committer;
+  feed_ = feed;
+  last_index_ = restored_index;
+  etcd_index_ = restored_index;
+  if (registry != nullptr) {
+    leader_gauge_ = &prometheus::BuildGauge()
+                         .Name("failover_cluster_leader")
+                         .Help("1 while this replica is the cluster's leader.")
+                         .Register(*registry)
+                         .Add({});
+    lag_gauge_ = &prometheus::BuildGauge()
+                      .Name("failover_cluster_lag_entries")
+                      .Help("Change log entries in etcd this replica has not applied yet.")
+                      .Register(*registry)
+                      .Add({});
+    applied_gauge_ = &prometheus::BuildGauge()
+                          .Name("failover_cluster_applied_index")
+                          .Help("The last Change log entry this replica applied.")
+                          .Register(*registry)
+                          .Add({});
+    etcd_errors_ = &prometheus::BuildCounter()
+                        .Name("failover_cluster_etcd_errors_total")
+                        .Help("etcd calls that failed (each endpoint tried counts).")
+                        .Register(*registry)
+                        .Add({});
+    leader_changes_counter_ = &prometheus::BuildCounter()
+                                   .Name("failover_cluster_leader_changes_total")
+                                   .Help("Times this replica became or stopped being the leader.")
+                                   .Register(*registry)
+                                   .Add({});
+    relay_dropped_counter_ = &prometheus::BuildCounter()
+                                  .Name("failover_cluster_relay_dropped_total")
+                                  .Help("Outcomes not passed on to the leader because too many were waiting.")
+                                  .Register(*registry)
+                                  .Add({});
+  }
+  // Catch up before serving, so a replica that was away starts from what the
+  // cluster decided meanwhile; without etcd it serves its own copy.
+  const absl::Time give_up = absl::Now() + catch_up;
+  for (;;) {
+    int64_t revision = 0;
+    const absl::Status caught_up = CatchUp(&revision);
+    if (caught_up.ok()) break;
+    NoteEtcd(caught_up);
+    if (absl::Now() >= give_up) {
+      log::Warn(absl::StrCat("cannot read the change log from etcd yet, serving the local copy meanwhile: ",
+                             caught_up.message()),
+                {{"applied_index", last_index_.load()}});
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+void Replica::Run(std::string advertise, std::string peer_token, std::function<void()> on_leader) {
+  advertise_ = std::move(advertise);
+  peer_token_ = std::move(peer_token);
+  on_leader_ = std::move(on_leader);
+  log::Info("cluster replica running", {{"prefix", keys_.prefix()},
+                                        {"advertise", advertise_},
+                                        {"applied_index", last_index_.load()}});
+  log_thread_ = std::thread([this] { RunLog(); });
+  session_thread_ = std::thread([this] { RunSession(); });
+  relay_thread_ = std::thread([this] { RunRelay(); });
+}
+
+void Replica::Stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (watch_) watch_->Cancel();
+    changed_.notify_all();
+  }
+  if (log_thread_.joinable()) log_thread_.join();
+  if (session_thread_.joinable()) session_thread_.join();
+  if (relay_thread_.joinable()) relay_thread_.join();
+  if (leader_.exchange(false)) engine_->SetAcceptingChanges(false, "failoverd is shutting down");
+  // Resign at once, so another replica takes over without waiting out the lease.
+  const int64_t lease = lease_.exchange(0);
+  if (lease != 0) etcd_->Revoke(lease);
+}
+
+bool Replica::SleepFor(absl::Duration d) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_for(lock, absl::ToChronoNanoseconds(d), [&] { return stopping_.load(); });
+  return !stopping_.load();
+}
+
+// --- following the log ---
+
+absl::Status Replica::CatchUp(int64_t* revision) {
+  etcdpb::RangeRequest leader;
+  leader.set_key(keys_.Leader());
+  absl::StatusOr<etcdpb::RangeResponse> held = etcd_->Range(leader);
+  if (!held.ok()) return held.status();
+  *revision = held->header().revision();
+  SetLeaderAddress(held->kvs_size() > 0 ? held->kvs(0).value() : "");
+  for (;;) {
+    etcdpb::RangeRequest page;
+    page.set_key(keys_.Log(last_index_.load() + 1));
+    page.set_range_end(keys_.LogEnd());
+    page.set_limit(kRangePage);
+    page.set_revision(*revision);
+    absl::StatusOr<etcdpb::RangeResponse> entries = etcd_->Range(page);
+    if (!entries.ok()) return entries.status();
+    for (const auto& kv : entries->kvs()) {
+      const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
+      if (!index) continue;
+      if (!ApplyEntry(*index, kv.value())) return absl::AbortedError("log catch-up starts over");
+    }
+    if (!entries->more() || entries->kvs_size() == 0) break;
+  }
+  NoteEtcd(absl::OkStatus());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_revision_ = std::max(applied_revision_.load(), *revision);
+    changed_.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
+  uint64_t seen = seen_index_.load();
+  while (seen < index && !seen_index_.compare_exchange_weak(seen, index)) {
+  }
+  const uint64_t last = last_index_.load();
+  if (index <= last) {
+    // Applied already, or made here. Past the first index this replica
+    // stamped as leader, an entry of another term means another leader wrote
+    // there: what this one made at that index was never written.
+    const uint64_t own = own_from_.load();
+    if (own != 0 && index >= own) {
+      LogEntry entry;
+      if (!entry.ParseFromString(value) || entry.term() != term_.load()) {
+        StepDown(absl::StrCat("another leader wrote log entry ", index));
+        return false;
+      }
+    }
+    return true;
+  }
+  if (index != last + 1) {
+    log::Warn("gap in the change log, reading it again", {{"expected", last + 1}, {"got", index}});
+    return false;
+  }
+  if (IsLeader()) {
+    StepDown(absl::StrCat("another leader wrote log entry ", index));
+    return false;
+  }
+  absl::StatusOr<Change> change = DecodeEntry(value, index);
+  absl::Status applied = change.status();
+  if (applied.ok()) applied = engine_->ApplyChange(*change, clock_->Now());
+  if (!applied.ok()) {
+    // Serve what is applied; keep trying (and saying why) until the entry is fixed or replaced.
+    NoteEtcd(absl::DataLossError(absl::StrCat("cannot apply the change log: ", applied.message())));
+    log::Error(absl::StrCat("cannot apply the change log: ", applied.message()));
+    SleepFor(absl::Seconds(1));
+    return false;
+  }
+  uint64_t known = etcd_index_.load();
+  while (known < index && !etcd_index_.compare_exchange_weak(known, index)) {
+  }
+  last_index_ = index;
+  committer_->Submit(std::move(*change));
+  return true;
+}
+
+void Replica::RunLog() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stopping_.load()) {
+    if (reset_wanted_.exchange(false)) ResetToLog();
+    int64_t revision = 0;
+    absl::Status caught_up = CatchUp(&revision);
+    if (!caught_up.ok()) {
+      if (caught_up.code() != absl::StatusCode::kAborted) {
+        NoteEtcd(caught_up);
+        if (!SleepFor(backoff)) break;
+        backoff = std::min(backoff * 2, absl::Seconds(2));
+      }
+      continue;
+    }
+    etcdpb::WatchCreateRequest create;
+    create.set_key(keys_.prefix() + "/");
+    create.set_range_end(keys_.PrefixEnd());
+    create.set_start_revision(revision + 1);
+    absl::StatusOr<std::unique_ptr<EtcdClient::Watch>> started = etcd_->StartWatch(create);
+    if (!started.ok()) {
+      NoteEtcd(started.status());
+      if (!SleepFor(backoff)) break;
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+      continue;
+    }
+    std::shared_ptr<EtcdClient::Watch> watch = std::move(started).value();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_ = watch;
+    }
+    // Checked after watch_ is set, so a step-down just before is not missed.
+    if (reset_wanted_.load() || stopping_.load()) watch->Cancel();
+    backoff = absl::Milliseconds(100);
+    bool restart = false;
+    etcdpb::WatchResponse response;
+    while (!restart && watch->Next(&response)) {
+      for (const mvccpb::Event& event : response.events()) {
+        const mvccpb::KeyValue& kv = event.kv();
+        if (kv.key() == keys_.Leader()) {
+          const bool gone = event.type() == mvccpb::Event::DELETE;
+          SetLeaderAddress(gone ? "" : kv.value());
+          if (gone) {
+            std::lock_guard<std::mutex> lock(mu_);
+            campaign_now_ = true;  // the leader resigned or its lease ran out: stand at once
+            changed_.notify_all();
+          }
+          continue;
+        }
+        const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
+        if (!index || event.type() != mvccpb::Event::PUT) continue;
+        if (!ApplyEntry(*index, kv.value())) {
+          restart = true;
+          break;
+        }
+      }
+      if (!restart) {
+        std::lock_guard<std::mutex> lock(mu_);
+        applied_revision_ = std::max(applied_revision_.load(), response.header().revision());
+        changed_.notify_all();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_.reset();
+    }
+    if (!restart && !stopping_.load() && !reset_wanted_.load()) {
+      NoteEtcd(watch->status());
+      if (!SleepFor(backoff)) break;
+    }
+  }
+}
+
+void Replica::ResetToLog() {
+  // What this replica made and could not write is dropped by the committer
+  // (it is not the leader); once nothing is queued, the feed's state is
+  // exactly the log's up to the last entry stored here.
+  while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
+  }
+  const RestoredState state = feed_->State();
+  const absl::Status reset = engine_->ResetTo(state, clock_->Now());
+  if (!reset.ok()) log::Error(absl::StrCat("cannot go back to the replicated state: ", reset.message()));
+  last_index_ = state.log_index;
+  etcd_index_ = state.log_index;
+  own_from_ = 0;
+  log::Info("back to the replicated state; following the log", {{"applied_index", state.log_index}});
+}
+
+// --- leadership ---
+
+void Replica::RunSession() {
+  const absl::Duration renew_every = options_.lease / 3;
+  absl::Time renewed = absl::InfinitePast();
+  while (!stopping_.load()) {
+    if (lease_.load() == 0) {
+      absl::StatusOr<int64_t> granted = etcd_->Grant(options_.lease);
+      if (!granted.ok()) {
+        NoteEtcd(granted.status());
+        UpdateMetrics();
+        if (!SleepFor(absl::Milliseconds(250))) break;
+        continue;
+      }
+      lease_ = *granted;
+      renewed = absl::Now();
+    }
+    if (!IsLeader() && !reset_wanted_.load()) {
+      // Stand: create the leader key, on this replica's lease, if nobody holds it.
+      etcdpb::TxnRequest txn;
+      etcdpb::Compare* vacant = txn.add_compare();
+      vacant->set_key(keys_.Leader());
+      vacant->set_target(etcdpb::Compare::CREATE);
+      vacant->set_result(etcdpb::Compare::EQUAL);
+      vacant->set_create_revision(0);
+      etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(keys_.Leader());
+      put->set_value(advertise_);
+      put->set_lease(lease_.load());
+      txn.add_failure()->mutable_request_range()->set_key(keys_.Leader());
+      absl::StatusOr<etcdpb::TxnResponse> stood = etcd_->Txn(txn);
+      if (!stood.ok()) {
+        NoteEtcd(stood.status());
+      } else if (stood->succeeded()) {
+        BecomeLeader(stood->header().revision());
+      } else if (!stood->responses().empty() && stood->responses(0).response_range().kvs_size() > 0) {
+        const mvccpb::KeyValue& held = stood->responses(0).response_range().kvs(0);
+        SetLeaderAddress(held.value());
+        if (held.lease() == lease_.load()) {
+          // This replica's own key from a term it has left: give it up so a
+          // clean election follows.
+          etcd_->Revoke(lease_.exchange(0));
+          continue;
+        }
+      }
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_for(lock, absl::ToChronoNanoseconds(renew_every),
+                        [&] { return stopping_.load() || (campaign_now_ && !leader_.load()); });
+      campaign_now_ = false;
+    }
+    if (stopping_.load()) break;
+    absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_.load());
+    if (ttl.ok() && *ttl > 0) {
+      renewed = absl::Now();
+    } else if (ttl.ok()) {
+      lease_ = 0;
+      StepDown("its etcd lease expired");
+    } else {
+      NoteEtcd(ttl.status());
+      if (absl::Now() - renewed >= options_.lease) {
+        lease_ = 0;
+        StepDown(absl::StrCat("its etcd lease could not be renewed: ", ttl.status().message()));
+      }
+    }
+    UpdateMetrics();
+  }
+}
+
+void Replica::BecomeLeader(int64_t term) {
+  // Everything written before this term is applied first: the watch passes
+  // this replica's own leader key only after every earlier log entry.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool ready = changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.lease), [&] {
+      return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
+    });
+    if (!ready || stopping_.load()) {
+      lock.unlock();
+      log::Warn("won the election but could not read the change log in time; standing down");
+      etcd_->Revoke(lease_.exchange(0));
+      return;
+    }
+  }
+  term_ = term;
+  own_from_ = last_index_.load() + 1;
+  leader_.store(true, std::memory_order_release);
+  leader_changes_.fetch_add(1);
+  if (writes_ok_.load()) engine_->SetAcceptingChanges(true);
+  SetLeaderAddress(advertise_);
+  log::Info("this replica is the cluster's leader", {{"term", term}, {"applied_index", last_index_.load()}});
+  if (on_leader_) on_leader_();
+}
+
+void Replica::StepDown(const std::string& why) {
+  if (leader_.exchange(false)) {
+    engine_->SetAcceptingChanges(false, absl::StrCat("this replica stopped being the cluster's leader: ", why));
+    leader_changes_.fetch_add(1);
+    log::Warn(absl::StrCat("this replica is no longer the cluster's leader: ", why));
+  }
+  reset_wanted_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (watch_) watch_->Cancel();
+  changed_.notify_all();
+}
+
+// --- the way to the leader ---
+
+void Replica::SetLeaderAddress(std::string address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  leader_address_ = std::move(address);
+}
+
+std::shared_ptr<grpc::Channel> Replica::LeaderChannel(std::string* address) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *address = leader_address_;
+  if (leader_address_.empty()) return nullptr;
+  auto& channel = channels_[leader_address_];
+  if (!channel) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    args.SetMaxReceiveMessageSize(-1);
+    channel = grpc::CreateCustomChannel(leader_address_, peer_credentials_, args);
+  }
+  return channel;
+}
+
+grpc::Status Replica::Forward(const std::string& method, const grpc::ServerContextBase& call,
+                              const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
+  if (!channel) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("the cluster has no leader right now, so changes cannot be made",
+                                     etcd_error_.empty() ? "" : absl::StrCat(" (etcd: ", etcd_error_, ")")));
+  }
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  for (const auto& [key, value] : call.client_metadata()) {
+    if (key == "authorization") context.AddMetadata("authorization", std::string(value.data(), value.size()));
+  }
+  context.AddMetadata(api::kForwardedHeader, "1");
+  const auto cap = DeadlineIn(absl::Seconds(30));
+  context.set_deadline(std::min(call.deadline(), cap));
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status result;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(m);
+    result = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return done; });
+  if (result.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      context.GetServerTrailingMetadata().count(kAnsweredTrailer) == 0) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("the cluster's leader at ", address, " did not answer: ", result.error_message()));
+  }
+  return result;
+}
+
+void Replica::Relay(failover::v1::ReportOutcomeRequest report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (relay_.size() >= options_.relay_limit) {
+    relay_.pop_front();
+    ++relay_dropped_;
+  }
+  relay_.push_back(Relayed{std::move(report), nullptr});
+  changed_.notify_all();
+}
+
+void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) {
+  if (!leader_reachable_.load()) return Relay(std::move(report));  // fail-static: no waiting on a lost leader
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  auto acked = std::make_shared<Acked>();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (relay_.size() >= options_.relay_limit) {
+    relay_.pop_front();
+    ++relay_dropped_;
+  }
+  relay_.push_back(Relayed{std::move(report), acked});
+  changed_.notify_all();
+  if (!changed_.wait_until(lock, deadline, [&] { return acked->done || stopping_.load(); })) return;
+  changed_.wait_until(lock, deadline, [&] { return last_index_.load() >= acked->log_index || stopping_.load(); });
+}
+
+void Replica::RunRelay() {
+  while (!stopping_.load()) {
+    std::vector<Relayed> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
+      while (!relay_.empty() && batch.size() < kRelayBatch) {
+        batch.push_back(std::move(relay_.front()));
+        relay_.pop_front();
+      }
+    }
+    if (batch.empty()) continue;
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
+    grpc::Status sent(grpc::StatusCode::UNAVAILABLE, "no leader");
+    if (channel) {
+      auto stub = failover::v1::DecisionService::NewStub(channel);
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineIn(absl::Seconds(5)));
+      if (!peer_token_.empty()) context.AddMetadata("authorization", "Bearer " + peer_token_);
+      context.AddMetadata(api::kForwardedHeader, "1");
+      failover::v1::StreamOutcomesResponse summary;
+      auto writer = stub->StreamOutcomes(&context, &summary);
+      for (const Relayed& r : batch) {
+        if (!writer->Write(r.report)) break;
+      }
+      writer->WritesDone();
+      sent = writer->Finish();
+      if (sent.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Relayed& r : batch) {
+          if (!r.acked) continue;
+          r.acked->done = true;
+          r.acked->log_index = summary.cluster_log_index();
+        }
+        changed_.notify_all();
+      }
+    }
+    leader_reachable_ = sent.ok();
+    if (!sent.ok()) {
+      // Kept for the next leader (oldest first), up to the limit.
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) relay_.push_front(std::move(*it));
+      while (relay_.size() > options_.relay_limit) {
+        relay_.pop_front();
+        ++relay_dropped_;
+      }
+    }
+    if (!sent.ok() && !SleepFor(absl::Milliseconds(200))) break;
+  }
+}
+
+// --- what the replica says about itself ---
+
+void Replica::NoteEtcd(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  etcd_error_ = status.ok() ? "" : std::string(status.message());
+}
+
+void Replica::Describe(failover::v1::ClusterStatus* out) const {
+  out->set_role(IsLeader() ? failover::v1::ClusterStatus::ROLE_LEADER : failover::v1::ClusterStatus::ROLE_FOLLOWER);
+  out->set_self(advertise_);
+  out->set_applied_revision(applied_revision_.load());
+  out->set_applied_index(last_index_.load());
+  const uint64_t seen = seen_index_.load();
+  const uint64_t applied = last_index_.load();
+  out->set_lag(seen > applied ? seen - applied : 0);
+  out->set_leader_changes(leader_changes_.load());
+  std::lock_guard<std::mutex> lock(mu_);
+  out->set_leader(leader_address_);
+  out->set_etcd_error(etcd_error_);
+}
+
+void Replica::UpdateMetrics() {
+  if (leader_gauge_ == nullptr) return;
+  leader_gauge_->Set(IsLeader() ? 1 : 0);
+  const uint64_t seen = seen_index_.load();
+  const uint64_t applied = last_index_.load();
+  lag_gauge_->Set(static_cast<double>(seen > applied ? seen - applied : 0));
+  applied_gauge_->Set(static_cast<double>(applied));
+  const uint64_t errors = etcd_->errors();
+  etcd_errors_->Increment(static_cast<double>(errors - errors_counted_));
+  errors_counted_ = errors;
+  const uint64_t changes = leader_changes_.load();
+  leader_changes_counter_->Increment(static_cast<double>(changes - leader_changes_counted_));
+  leader_changes_counted_ = changes;
+  uint64_t dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropped = relay_dropped_;
+  }
+  relay_dropped_counter_->Increment(static_cast<double>(dropped - relay_dropped_counted_));
+  relay_dropped_counted_ = dropped;
+}
+
+bool Replica::WaitApplied(uint64_t index, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return last_index_.load() >= index; });
+}
+
+}  // namespace failover::cluster

@@ -1,0 +1,179 @@
+// One failoverd replica of a cluster on etcd (DESIGN 3.12).
+//
+// etcd holds the Change log under the cluster's prefix. Exactly one replica,
+// the leader (it holds <prefix>/leader on its lease), makes Changes: its engine
+// accepts them, and each one is written to the log in a transaction that only
+// succeeds while the leader key is still the one it created, so a deposed or
+// paused leader writes nothing. Every replica applies the log, in order, from
+// an etcd watch with Engine::ApplyChange, and stores and publishes those
+// Changes as its own committer would: the same state and the same event
+// numbers everywhere. Followers answer plans and verdicts themselves, relay
+// the outcomes to the leader (which counts them), and pass admin writes and
+// probe calls to it.
+//
+// A leader that loses its lease or a write stops accepting changes; the ones it
+// made and could not write are dropped and its engine goes back to the state
+// the log adds up to, then follows the new leader.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/change.h"
+#include "common/clock.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "server/api/change_feed.h"
+#include "server/api/leader_link.h"
+#include "server/cluster/etcd_client.h"
+#include "server/cluster/log_entry.h"
+#include "server/committer/committer.h"
+#include "server/engine/engine.h"
+
+namespace failover::cluster {
+
+struct ReplicaOptions {
+  EtcdOptions etcd;
+  std::string prefix = "/failoverd/default";
+  absl::Duration lease = absl::Seconds(5);
+  // Calls between replicas: TLS when `peer_ca` or `peer_cert` is set.
+  std::string peer_ca;
+  std::string peer_cert;
+  std::string peer_key;
+  // Outcomes waiting for the leader beyond this are dropped, oldest first.
+  size_t relay_limit = 100000;
+};
+
+class Replica final : public api::LeaderLink {
+ public:
+  // Writes Changes to this replica's own store (RocksDB).
+  using LocalWrite = std::function<absl::Status(const std::vector<const Change*>&)>;
+
+  Replica(ReplicaOptions options, std::unique_ptr<EtcdClient> etcd, Engine* engine, const Clock* clock);
+  ~Replica() override;
+
+  // The committer's write step in cluster mode: the leader's new Changes go to
+  // the log first (fenced), then everything to `local`.
+  [[nodiscard]] absl::Status Write(const std::vector<const Change*>& changes, const LocalWrite& local);
+  // Gives a Change the engine made its place in the log (the engine's sink,
+  // under its writer lock).
+  void Stamp(Change* change);
+  // The committer's health callback: whether writes (to etcd, then the data
+  // dir) go through.
+  void OnWrites(const absl::Status& status);
+
+  // Applies the log from `restored_index` (what the data dir holds) as far as
+  // etcd has it, waiting up to `catch_up` for etcd: before serving.
+  void Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed, prometheus::Registry* registry,
+               absl::Duration catch_up);
+  // Once serving: keeps following the log and campaigns for leadership in
+  // the background. `advertise`: how the other replicas reach this one
+  // (host:port). `peer_token`: what relayed outcomes carry (a decide token
+  // of the tokens file the replicas share). `on_leader` runs each time this
+  // replica becomes the leader (it applies the config files).
+  void Run(std::string advertise, std::string peer_token, std::function<void()> on_leader);
+  // Gives up leadership (so another replica takes over at once) and stops.
+  void Stop();
+
+  // LeaderLink
+  bool IsLeader() const override { return leader_.load(std::memory_order_acquire); }
+  grpc::Status Forward(const std::string& method, const grpc::ServerContextBase& call,
+                       const grpc::ByteBuffer& request, grpc::ByteBuffer* response) override;
+  void Relay(failover::v1::ReportOutcomeRequest report) override;
+  void RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) override;
+  uint64_t LogIndex() const override { return last_index_.load(); }
+  void Describe(failover::v1::ClusterStatus* out) const override;
+
+  // Waits until this replica has applied log entry `index` (tests, start).
+  bool WaitApplied(uint64_t index, absl::Duration timeout);
+
+ private:
+  void RunLog();      // applies the log: a range to catch up, then a watch
+  void RunSession();  // the lease, the campaign, leadership
+  void RunRelay();    // outcomes to the leader
+  // Applies what one range or watch brought. False: start over (a gap, a
+  // conflict, a reset to do).
+  bool ApplyEntry(uint64_t index, const std::string& value);
+  absl::Status CatchUp(int64_t* revision);
+  void BecomeLeader(int64_t term);
+  void StepDown(const std::string& why);
+  void ResetToLog();  // the log thread, after a step-down with unwritten Changes
+  void NoteEtcd(const absl::Status& status);
+  void SetLeaderAddress(std::string address);
+  std::shared_ptr<grpc::Channel> LeaderChannel(std::string* address) const;
+  bool SleepFor(absl::Duration d);  // false: stopping
+  void UpdateMetrics();
+
+  const ReplicaOptions options_;
+  const Keys keys_;
+  std::unique_ptr<EtcdClient> etcd_;
+  Engine* const engine_;
+  const Clock* const clock_;
+  Committer* committer_ = nullptr;
+  api::ChangeFeed* feed_ = nullptr;
+  std::function<void()> on_leader_;
+  std::string advertise_;   // set by Run, before the threads
+  std::string peer_token_;  // set by Run, before the threads
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials_;
+
+  std::atomic<bool> leader_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> reset_wanted_{false};
+  std::atomic<bool> writes_ok_{true};
+  std::atomic<int64_t> term_{0};          // the leader key's create revision while leading
+  std::atomic<uint64_t> last_index_{0};   // the last log index given to the committer
+  std::atomic<uint64_t> etcd_index_{0};   // every index up to here is in etcd
+  std::atomic<uint64_t> own_from_{0};     // the first index stamped in the current term (0: none)
+  std::atomic<uint64_t> seen_index_{0};   // the highest index seen in etcd
+  std::atomic<int64_t> applied_revision_{0};
+  std::atomic<int64_t> lease_{0};
+  std::atomic<uint64_t> leader_changes_{0};
+
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable changed_;
+  std::string leader_address_;
+  std::string etcd_error_;
+  std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
+  bool campaign_now_ = false;
+  // An outcome on its way to the leader; `acked` (when set) hears of its arrival.
+  struct Acked {
+    bool done = false;
+    uint64_t log_index = 0;  // the leader's log entry after counting it
+  };
+  struct Relayed {
+    failover::v1::ReportOutcomeRequest report;
+    std::shared_ptr<Acked> acked;
+  };
+  std::deque<Relayed> relay_;
+  std::atomic<bool> leader_reachable_{true};
+  uint64_t relay_dropped_ = 0;
+  mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+
+  prometheus::Gauge* leader_gauge_ = nullptr;
+  prometheus::Gauge* lag_gauge_ = nullptr;
+  prometheus::Gauge* applied_gauge_ = nullptr;
+  prometheus::Counter* etcd_errors_ = nullptr;
+  prometheus::Counter* leader_changes_counter_ = nullptr;
+  prometheus::Counter* relay_dropped_counter_ = nullptr;
+  uint64_t errors_counted_ = 0;
+  uint64_t leader_changes_counted_ = 0;
+  uint64_t relay_dropped_counted_ = 0;
+
+  std::thread log_thread_;
+  std::thread session_thread_;
+  std::thread relay_thread_;
+};
+
+}  // namespace failover::cluster

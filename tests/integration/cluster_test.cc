@@ -1,0 +1,497 @@
+// Cluster mode (DESIGN 3.12) with real processes: one 3-member etcd on
+// loopback shared by the suite, and per test three failoverd replicas under a
+// prefix of their own (which also shows that clusters with different
+// prefixes share an etcd without seeing each other). Leases are 2 s so a lost
+// leader is replaced quickly; every wait is on a condition with a deadline.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "tests/support/api_test.h"
+#include "tests/support/etcd_cluster.h"
+
+namespace failover::testing {
+namespace {
+
+using v1::ClusterStatus;
+
+constexpr int kReplicas = 3;
+
+// Waits up to `seconds` for `check`.
+template <typename F>
+bool Within(double seconds, F check) {
+  return WaitUntil(seconds, [&] { return check(); });
+}
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 5) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  return ctx;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!EtcdCluster::Installed()) return;
+    etcd_ = new EtcdCluster(3);
+    std::string error;
+    if (!etcd_->Start(&error)) {
+      delete etcd_;
+      etcd_ = nullptr;
+      FAIL() << error;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!EtcdCluster::Installed()) GTEST_SKIP() << "etcd is not installed (scripts/deps installs etcd-server)";
+    ASSERT_NE(etcd_, nullptr);
+    ASSERT_TRUE(etcd_->WaitHealthy(20)) << "etcd lost its quorum in an earlier test";
+    prefix_ = std::string("/test/") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (int i = 0; i < kReplicas; ++i) {
+      ports_.push_back(FreePort());
+      data_.push_back(std::make_unique<TempDir>());
+      procs_.emplace_back();
+    }
+    for (int i = 0; i < kReplicas; ++i) StartReplica(i);
+    leader_ = AwaitLeader();
+    ASSERT_GE(leader_, 0) << "no leader elected";
+  }
+
+  void StartReplica(int i, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--etcd-endpoints", etcd_->Endpoints(), "--etcd-prefix", prefix_,
+                                     "--leader-lease", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    procs_[static_cast<size_t>(i)] = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{
+        data_[static_cast<size_t>(i)]->path(), args, "127.0.0.1:" + std::to_string(ports_[static_cast<size_t>(i)])});
+    std::string error;
+    ASSERT_TRUE(procs_[static_cast<size_t>(i)]->Start(&error)) << error;
+  }
+
+  FailoverdProcess& proc(int i) { return *procs_[static_cast<size_t>(i)]; }
+  std::string Address(int i) const { return "127.0.0.1:" + std::to_string(ports_[static_cast<size_t>(i)]); }
+  std::unique_ptr<v1::AdminService::Stub> Admin(int i) {
+    return v1::AdminService::NewStub(grpc::CreateChannel(Address(i), grpc::InsecureChannelCredentials()));
+  }
+  std::unique_ptr<v1::DecisionService::Stub> Decide(int i) {
+    return v1::DecisionService::NewStub(grpc::CreateChannel(Address(i), grpc::InsecureChannelCredentials()));
+  }
+
+  // This replica's view of the cluster; role UNSPECIFIED when it does not answer.
+  ClusterStatus Status(int i) {
+    v1::GetStatusRequest req;
+    v1::StatusResponse resp;
+    if (!Admin(i)->GetStatus(Ctx(2).get(), req, &resp).ok()) return ClusterStatus();
+    return resp.cluster();
+  }
+
+  // The replica every live one agrees is the leader, or -1 after `seconds`.
+  int AwaitLeader(double seconds = 10, const std::set<int>& skip = {}) {
+    int found = -1;
+    Within(seconds, [&] {
+      found = -1;
+      std::string leader_address;
+      for (int i = 0; i < kReplicas; ++i) {
+        if (skip.count(i) != 0) continue;
+        const ClusterStatus s = Status(i);
+        if (s.role() == ClusterStatus::ROLE_LEADER) {
+          if (found >= 0) return false;
+          found = i;
+        }
+        if (s.leader().empty()) return false;
+        if (!leader_address.empty() && s.leader() != leader_address) return false;
+        leader_address = s.leader();
+      }
+      return found >= 0 && leader_address == Address(found);
+    });
+    return found;
+  }
+
+  int Follower(int not_this = -1) const {
+    for (int i = 0; i < kReplicas; ++i) {
+      if (i != leader_ && i != not_this) return i;
+    }
+    return -1;
+  }
+
+  // Chain "ch" of "a" then "b"; `errors` counted failures within a minute trip a target.
+  static v1::ApplyRequest Config(uint32_t errors) {
+    v1::ApplyRequest config = TwoTargetConfig();
+    config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(errors);
+    *config.mutable_chains(0)->mutable_policy()->mutable_trip()->mutable_window() = Millis(60000);
+    return config;
+  }
+
+  v1::PickTargetResponse Pick(int i, const std::string& chain = "ch") {
+    v1::PickTargetRequest req;
+    req.set_chain(chain);
+    v1::PickTargetResponse resp;
+    const grpc::Status s = Decide(i)->PickTarget(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << "replica " << i << ": " << s.error_message();
+    return resp;
+  }
+
+  std::string Active(int i) {
+    v1::PickTargetRequest req;
+    req.set_chain("ch");
+    v1::PickTargetResponse resp;
+    if (!Decide(i)->PickTarget(Ctx(2).get(), req, &resp).ok()) return "";
+    return resp.active_target();
+  }
+
+  v1::ReportOutcomeResponse Fail(int i, const std::string& target) {
+    const v1::PickTargetResponse plan = Pick(i);
+    v1::ReportOutcomeRequest req;
+    req.set_decision_id(plan.decision_id());
+    req.set_target(target);
+    req.mutable_failure()->set_http_status(503);
+    v1::ReportOutcomeResponse resp;
+    const grpc::Status s = Decide(i)->ReportOutcome(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << "replica " << i << ": " << s.error_message();
+    return resp;
+  }
+
+  grpc::Status Pin(int i, const std::string& target) {
+    v1::PinChainRequest req;
+    req.set_chain("ch");
+    req.set_target(target);
+    v1::ChainView view;
+    return Admin(i)->PinChain(Ctx().get(), req, &view);
+  }
+
+  std::string Pinned(int i) {
+    v1::GetChainRequest req;
+    req.set_name("ch");
+    v1::ChainView view;
+    if (!Admin(i)->GetChain(Ctx(2).get(), req, &view).ok()) return "?";
+    return view.status().pinned_target();
+  }
+
+  // The Change log as etcd holds it: index -> the term that wrote it.
+  std::map<uint64_t, int64_t> LogTerms() {
+    auto kv = etcdserverpb::KV::NewStub(grpc::CreateChannel(
+        etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')), grpc::InsecureChannelCredentials()));
+    etcdserverpb::RangeRequest req;
+    req.set_key(prefix_ + "/log/");
+    req.set_range_end(prefix_ + "/log0");  // '0' follows '/'
+    etcdserverpb::RangeResponse resp;
+    std::map<uint64_t, int64_t> out;
+    const grpc::Status s = kv->Range(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    for (const auto& item : resp.kvs()) {
+      cluster::LogEntry entry;
+      EXPECT_TRUE(entry.ParseFromString(item.value()));
+      out[std::stoull(item.key().substr(prefix_.size() + 5))] = entry.term();
+    }
+    return out;
+  }
+
+  static EtcdCluster* etcd_;
+  std::string prefix_;
+  std::vector<int> ports_;
+  std::vector<std::unique_ptr<TempDir>> data_;
+  std::vector<std::unique_ptr<FailoverdProcess>> procs_;
+  int leader_ = -1;
+};
+
+EtcdCluster* ClusterTest::etcd_ = nullptr;
+
+TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
+  const int follower = Follower();
+  ASSERT_TRUE(ApplyConfig(Admin(follower).get(), Config(3)).ok());
+  // Answered once durable in etcd: the follower that took it already has it.
+  EXPECT_EQ(Pick(follower).active_target(), "a");
+  ASSERT_TRUE(Pin(follower, "b").ok());
+  EXPECT_EQ(Pinned(follower), "b");
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(5, [&] { return Pinned(i) == "b" && Active(i) == "b"; })) << "replica " << i;
+  }
+  // A bad change made on a follower gets the leader's refusal, naming the field.
+  v1::PinChainRequest bad;
+  bad.set_chain("ch");
+  bad.set_target("nope");
+  v1::ChainView view;
+  const grpc::Status refused = Admin(follower)->PinChain(Ctx().get(), bad, &view);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("nope"), std::string::npos) << refused.error_message();
+  // GetStatus says who is who.
+  const ClusterStatus status = Status(follower);
+  EXPECT_EQ(status.role(), ClusterStatus::ROLE_FOLLOWER);
+  EXPECT_EQ(status.leader(), Address(leader_));
+  EXPECT_EQ(status.self(), Address(follower));
+  EXPECT_GE(status.applied_index(), 2u);
+  EXPECT_TRUE(status.etcd_error().empty()) << status.etcd_error();
+}
+
+TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int follower = Follower();
+  ASSERT_TRUE(Within(5, [&] { return Active(follower) == "a"; }));
+  const v1::ReportOutcomeResponse verdict = Fail(follower, "a");
+  // The follower's own verdict already sees the trip it caused, as one process would.
+  EXPECT_TRUE(verdict.counted());
+  EXPECT_EQ(verdict.target_health(), v1::HEALTH_STATE_DOWN);
+  EXPECT_EQ(Active(follower), "b");
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Active(i) == "b"; })) << "replica " << i;
+}
+
+TEST_F(ClusterTest, FailuresSpreadOverReplicasTripAtTheThreshold) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(3)).ok());
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
+  // Two failures, on two replicas: below the threshold of three.
+  Fail(Follower(), "a");
+  Fail(leader_, "a");
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Active(i), "a") << "replica " << i;
+  // The third, on the other follower, trips it everywhere.
+  Fail(Follower(Follower()), "a");
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Active(i) == "b"; })) << "replica " << i;
+}
+
+TEST_F(ClusterTest, ProbeLeasesStayOnePerTargetWithProbersOnEveryReplica) {
+  v1::ApplyRequest config = Config(3);
+  *config.mutable_chains(0)->mutable_policy()->mutable_probe()->mutable_interval() = Millis(60000);
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), config).ok());
+  std::map<std::string, int> handed;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kReplicas; ++i) {
+      v1::ProbeRequest req;
+      req.set_prober_id("prober-" + std::to_string(i));
+      v1::ProbeResponse resp;
+      const grpc::Status s = Decide(i)->Probe(Ctx().get(), req, &resp);
+      ASSERT_TRUE(s.ok()) << "replica " << i << ": " << s.error_message();
+      for (const auto& task : resp.tasks()) ++handed[task.target()];
+    }
+  }
+  // Each target is due once, and its lease is held: one task each, whichever replica was asked.
+  EXPECT_EQ(handed["a"], 1);
+  EXPECT_EQ(handed["b"], 1);
+}
+
+TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_TRUE(Pin(leader_, "b").ok());  // acknowledged by the leader that is about to die
+  const int watched = Follower();
+  // A watcher on one replica, to resume on another after the leader is gone.
+  uint64_t last_seen = 0;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::WatchEventsRequest req;
+    req.set_after_sequence(0);
+    auto stream = Decide(watched)->WatchEvents(&ctx, req);
+    v1::Event e;
+    while (stream->Read(&e)) {
+      if (e.has_chain_switched() && e.chain_switched().reason() == v1::SWITCH_REASON_PIN) {
+        last_seen = e.sequence();
+        break;
+      }
+    }
+    ctx.TryCancel();
+  }
+  ASSERT_GT(last_seen, 0u);
+
+  // Decisions go on on the survivors all along.
+  std::atomic<bool> stop{false};
+  std::atomic<int> failed_picks{0};
+  std::thread picker([&] {
+    while (!stop) {
+      for (int i = 0; i < kReplicas; ++i) {
+        if (i == leader_) continue;
+        v1::PickTargetRequest req;
+        req.set_chain("ch");
+        v1::PickTargetResponse resp;
+        if (!Decide(i)->PickTarget(Ctx(2).get(), req, &resp).ok()) ++failed_picks;
+      }
+    }
+  });
+  const auto killed_at = std::chrono::steady_clock::now();
+  proc(leader_).Stop(SIGKILL);
+  const int old_leader = leader_;
+  leader_ = AwaitLeader(10, {old_leader});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  stop = true;
+  picker.join();
+  ASSERT_GE(leader_, 0);
+  EXPECT_LT(took, 2.0 + 1.0 + 1.0) << "lease 2 s; a new leader took " << took << " s";
+  EXPECT_EQ(failed_picks.load(), 0);
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i == old_leader) continue;
+    EXPECT_EQ(Pinned(i), "b") << "replica " << i;
+  }
+  // The new leader decides: unpinning and a trip still work.
+  v1::UnpinChainRequest unpin;
+  unpin.set_chain("ch");
+  v1::ChainView view;
+  ASSERT_TRUE(Admin(Follower(old_leader))->UnpinChain(Ctx().get(), unpin, &view).ok());
+  // The watcher resumes on another replica: no gap, no repeat.
+  const int resumed = watched == leader_ ? Follower(old_leader) : leader_;
+  std::vector<uint64_t> sequences;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::WatchEventsRequest req;
+    req.set_after_sequence(last_seen);
+    auto stream = Decide(resumed)->WatchEvents(&ctx, req);
+    v1::Event e;
+    while (stream->Read(&e)) {
+      sequences.push_back(e.sequence());
+      if (e.has_chain_switched() && e.chain_switched().reason() == v1::SWITCH_REASON_UNPIN) break;
+    }
+    ctx.TryCancel();
+  }
+  ASSERT_FALSE(sequences.empty());
+  EXPECT_EQ(sequences.front(), last_seen + 1);
+  for (size_t i = 1; i < sequences.size(); ++i) EXPECT_EQ(sequences[i], sequences[i - 1] + 1);
+}
+
+TEST_F(ClusterTest, APausedLeaderWritesNothingAfterItsLease) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int paused = leader_;
+  ASSERT_EQ(kill(proc(paused).pid(), SIGSTOP), 0);
+  leader_ = AwaitLeader(10, {paused});
+  ASSERT_GE(leader_, 0);
+  ASSERT_TRUE(Pin(leader_, "b").ok());
+  ASSERT_EQ(kill(proc(paused).pid(), SIGCONT), 0);
+  // Woken, it still takes itself for the leader for a moment: a failure it is
+  // told of would trip "a" there, but that change must not reach the log.
+  v1::ReportOutcomeRequest req;
+  req.set_target("a");
+  req.set_chain("ch");
+  req.mutable_failure()->set_http_status(503);
+  v1::ReportOutcomeResponse resp;
+  (void)Decide(paused)->ReportOutcome(Ctx().get(), req, &resp);
+  // It steps down and follows the new leader's log.
+  EXPECT_TRUE(Within(10, [&] {
+    const ClusterStatus s = Status(paused);
+    return s.role() == ClusterStatus::ROLE_FOLLOWER && s.leader() == Address(leader_) && Pinned(paused) == "b";
+  }));
+  // In the log, terms only grow: nothing was written by the old term after the new one began.
+  const std::map<uint64_t, int64_t> terms = LogTerms();
+  ASSERT_FALSE(terms.empty());
+  int64_t previous = 0;
+  for (const auto& [index, term] : terms) {
+    EXPECT_GE(term, previous) << "log entry " << index;
+    previous = term;
+  }
+  // Every replica ends with the same state.
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(5, [&] { return Active(i) == Active(leader_) && Pinned(i) == "b"; })) << "replica " << i;
+  }
+}
+
+TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const size_t entries = LogTerms().size();
+  // Another replica's key replaces this leader's while its lease still runs
+  // (as after a pause): it still takes itself for the leader; its writes are
+  // fenced on the key it created.
+  auto kv = etcdserverpb::KV::NewStub(grpc::CreateChannel(
+      etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')), grpc::InsecureChannelCredentials()));
+  // (The followers are paused meanwhile, so none of them stands in between.)
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i != leader_) {
+      ASSERT_EQ(kill(proc(i).pid(), SIGSTOP), 0);
+    }
+  }
+  etcdserverpb::DeleteRangeRequest drop;
+  drop.set_key(prefix_ + "/leader");
+  etcdserverpb::DeleteRangeResponse dropped;
+  ASSERT_TRUE(kv->DeleteRange(Ctx().get(), drop, &dropped).ok());
+  etcdserverpb::PutRequest put;
+  put.set_key(prefix_ + "/leader");
+  put.set_value("127.0.0.1:1");
+  etcdserverpb::PutResponse taken;
+  ASSERT_TRUE(kv->Put(Ctx().get(), put, &taken).ok());
+  ASSERT_EQ(Status(leader_).role(), ClusterStatus::ROLE_LEADER);
+  const grpc::Status refused = Pin(leader_, "b");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("leadership"), std::string::npos) << refused.error_message();
+  EXPECT_EQ(LogTerms().size(), entries);
+  // It steps down and drops what it made.
+  EXPECT_TRUE(Within(5, [&] { return Status(leader_).role() == ClusterStatus::ROLE_FOLLOWER; }));
+  EXPECT_TRUE(Within(5, [&] { return Pinned(leader_).empty(); }));
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i != leader_) {
+      ASSERT_EQ(kill(proc(i).pid(), SIGCONT), 0);
+    }
+  }
+  // Once the impostor's key is gone a replica leads again.
+  etcdserverpb::DeleteRangeRequest release;
+  release.set_key(prefix_ + "/leader");
+  etcdserverpb::DeleteRangeResponse released;
+  ASSERT_TRUE(kv->DeleteRange(Ctx().get(), release, &released).ok());
+  leader_ = AwaitLeader();
+  ASSERT_GE(leader_, 0);
+  EXPECT_TRUE(Pin(Follower(), "b").ok());
+}
+
+TEST_F(ClusterTest, LosingAnEtcdMemberChangesNothing) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  etcd_->Kill(0);
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Active(i), "a");
+  ASSERT_TRUE(Pin(Follower(), "b").ok());
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Pinned(i) == "b"; })) << "replica " << i;
+  std::string error;
+  ASSERT_TRUE(etcd_->Restart(0, &error)) << error;
+  ASSERT_TRUE(etcd_->WaitHealthy(20));
+}
+
+TEST_F(ClusterTest, WithoutEtcdDecisionsGoOnAndAdminIsRefusedUntilItReturns) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
+  for (int m = 0; m < etcd_->size(); ++m) etcd_->Kill(m);
+  // Decisions: from each replica's last state.
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Active(i), "a") << "replica " << i;
+  // Admin writes: UNAVAILABLE, naming etcd (once the leader's lease is gone, naming that there is none).
+  const int follower = Follower();
+  grpc::Status refused;
+  EXPECT_TRUE(Within(10, [&] {
+    refused = Pin(follower, "b");
+    return refused.error_code() == grpc::StatusCode::UNAVAILABLE;
+  })) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("etcd"), std::string::npos) << refused.error_message();
+  // A refused change is made nowhere (the leader drops what it could not write).
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Pinned(i).empty(); })) << "replica " << i;
+  EXPECT_FALSE(Status(follower).etcd_error().empty());
+  // etcd returns: a leader again, admin works, everything converges.
+  for (int m = 0; m < etcd_->size(); ++m) {
+    std::string error;
+    ASSERT_TRUE(etcd_->Restart(m, &error)) << error;
+  }
+  ASSERT_TRUE(etcd_->WaitHealthy(20));
+  leader_ = AwaitLeader(15);
+  ASSERT_GE(leader_, 0);
+  ASSERT_TRUE(Within(10, [&] { return Pin(Follower(), "b").ok(); }));
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Pinned(i) == "b"; })) << "replica " << i;
+  EXPECT_TRUE(Within(5, [&] { return Status(follower).etcd_error().empty(); })) << Status(follower).etcd_error();
+}
+
+TEST_F(ClusterTest, ARestartedReplicaCatchesUp) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int away = Follower();
+  ASSERT_TRUE(Within(5, [&] { return Active(away) == "a"; }));
+  proc(away).Stop(SIGKILL);
+  ASSERT_TRUE(Pin(leader_, "b").ok());
+  Fail(leader_, "a");
+  StartReplica(away);
+  EXPECT_EQ(Pinned(away), "b");  // caught up before it served
+  EXPECT_EQ(Status(away).applied_index(), Status(leader_).applied_index());
+  v1::GetTargetRequest req;
+  req.set_name("a");
+  v1::TargetView view;
+  ASSERT_TRUE(Admin(away)->GetTarget(Ctx().get(), req, &view).ok());
+  EXPECT_EQ(view.status().health(), v1::HEALTH_STATE_DOWN);
+}
+
+}  // namespace
+}  // namespace failover::testing

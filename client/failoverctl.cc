@@ -336,6 +336,16 @@ int Get(Ctl& ctl, const std::string& what, const std::string& name) {
   return Usage(absl::StrCat("get: expected chains or targets, got \"", what, "\""));
 }
 
+// One line on the replica that answered, in cluster mode.
+std::string ClusterLine(const v1::ClusterStatus& c) {
+  std::string line = absl::StrCat(
+      "cluster: this replica (", c.self(), ") is ", c.role() == v1::ClusterStatus::ROLE_LEADER ? "the leader" : "a follower",
+      "; leader ", c.leader().empty() ? "none" : c.leader(), "; applied log entry ", c.applied_index(), " (etcd revision ",
+      c.applied_revision(), "), lag ", c.lag(), "; leader changes ", c.leader_changes(), "\n");
+  if (!c.etcd_error().empty()) absl::StrAppend(&line, "etcd: ", c.etcd_error(), "\n");
+  return line;
+}
+
 int Status(Ctl& ctl, bool watch) {
   auto print = [&]() -> int {
     v1::StatusResponse resp;
@@ -344,6 +354,7 @@ int Status(Ctl& ctl, bool watch) {
     if (!s.ok()) return ExitFor(s);
     if (ctl.PrintStructured(resp)) return kExitOk;
     if (watch) std::cout << "\033[H\033[2J";  // redraw from the top
+    if (resp.has_cluster()) std::cout << ClusterLine(resp.cluster()) << "\n";
     std::cout << ChainsTable({resp.chains().begin(), resp.chains().end()}) << "\n"
               << TargetsTable({resp.targets().begin(), resp.targets().end()}) << std::flush;
     return kExitOk;

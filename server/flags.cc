@@ -135,6 +135,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
       ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
       ->check(CLI::Range(2.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--etcd-log-keep", flags->etcd_log_keep,
+                 "Cluster mode: Change log entries kept in etcd; every this many the leader writes a snapshot of "
+                 "the state and deletes older entries (a replica further behind starts from the snapshot)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--etcd-ca", flags->etcd_ca, "Cluster mode: CA (PEM) of etcd's server certificates; enables TLS");
   app.add_option("--etcd-cert", flags->etcd_cert, "Cluster mode: client certificate (PEM) for etcd");
   app.add_option("--etcd-key", flags->etcd_key, "Cluster mode: client key (PEM) for etcd");

@@ -39,6 +39,7 @@ struct Flags {
   std::string etcd_prefix = "/failoverd/default";
   std::string advertise_address;  // empty: the listen address
   double leader_lease_seconds = 5;
+  uint64_t etcd_log_keep = 10000;
   std::string etcd_ca;
   std::string etcd_cert;
   std::string etcd_key;

@@ -35,6 +35,16 @@ std::string Keys::Log(uint64_t index) const { return absl::StrFormat("%s%020u", 
 
 std::string Keys::LogEnd() const { return RangeEndOf(LogPrefix()); }
 
+std::string Keys::SnapshotParts(uint64_t index) const {
+  return absl::StrFormat("%s/snapshot-parts/%020u/", prefix_, index);
+}
+
+std::string Keys::SnapshotPart(uint64_t index, uint32_t part) const {
+  return absl::StrFormat("%s%05u", SnapshotParts(index), part);
+}
+
+std::string Keys::SnapshotPartsEnd() const { return RangeEndOf(prefix_ + "/snapshot-parts/"); }
+
 std::string Keys::PrefixEnd() const { return RangeEndOf(prefix_ + "/"); }
 
 std::optional<uint64_t> Keys::IndexOf(absl::string_view key) const {

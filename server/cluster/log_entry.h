@@ -1,6 +1,8 @@
 // Where cluster mode keeps things in etcd, under one prefix (DESIGN 3.12):
 //   <prefix>/leader        the leader's address, on its lease
 //   <prefix>/log/<index>   the Change log, index from 1, 20 digits so keys sort as numbers
+//   <prefix>/snapshot      where the newest snapshot is, and its size
+//   <prefix>/snapshot-parts/<index>/<part>   the state at log entry <index>
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,11 @@ class Keys {
   std::string Log(uint64_t index) const;
   // The end of the log's key range (etcd's range_end for LogPrefix).
   std::string LogEnd() const;
+  std::string Snapshot() const { return prefix_ + "/snapshot"; }
+  std::string SnapshotParts(uint64_t index) const;  // ".../snapshot-parts/<index>/"
+  std::string SnapshotPart(uint64_t index, uint32_t part) const;
+  // The end of the key range of every snapshot's parts.
+  std::string SnapshotPartsEnd() const;
   // The end of the whole prefix's key range.
   std::string PrefixEnd() const;
   // The index in a log key; nullopt for any other key.

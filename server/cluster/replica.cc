@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,8 @@
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "common/state_mirror.h"
+#include "proto/state_convert.h"
 #include "server/log/log.h"
 
 namespace failover::cluster {
@@ -218,6 +221,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   if (!held.ok()) return held.status();
   *revision = held->header().revision();
   SetLeaderAddress(held->kvs_size() > 0 ? held->kvs(0).value() : "");
+  if (absl::Status from_snapshot = InstallSnapshot(*revision); !from_snapshot.ok()) return from_snapshot;
   for (;;) {
     etcdpb::RangeRequest page;
     page.set_key(keys_.Log(last_index_.load() + 1));
@@ -359,6 +363,117 @@ void Replica::RunLog() {
   }
 }
 
+absl::Status Replica::InstallSnapshot(int64_t revision) {
+  etcdpb::RangeRequest where;
+  where.set_key(keys_.Snapshot());
+  where.set_revision(revision);
+  absl::StatusOr<etcdpb::RangeResponse> found = etcd_->Range(where);
+  if (!found.ok()) return found.status();
+  if (found->kvs_size() == 0) return absl::OkStatus();
+  SnapshotPointer pointer;
+  if (!pointer.ParseFromString(found->kvs(0).value())) {
+    return absl::DataLossError(absl::StrCat(keys_.Snapshot(), ": does not parse"));
+  }
+  uint64_t known = snapshot_index_.load();
+  while (known < pointer.log_index() && !snapshot_index_.compare_exchange_weak(known, pointer.log_index())) {
+  }
+  const uint64_t next = last_index_.load() + 1;
+  if (pointer.log_index() < next) return absl::OkStatus();
+  etcdpb::RangeRequest entry;
+  entry.set_key(keys_.Log(next));
+  entry.set_revision(revision);
+  entry.set_count_only(true);
+  absl::StatusOr<etcdpb::RangeResponse> present = etcd_->Range(entry);
+  if (!present.ok()) return present.status();
+  if (present->count() > 0) return absl::OkStatus();  // the log still reaches back here
+
+  const uint64_t at = pointer.log_index();
+  etcdpb::RangeRequest read;
+  read.set_key(keys_.SnapshotPart(at, 0));
+  read.set_range_end(keys_.SnapshotPart(at, pointer.parts()));
+  read.set_revision(revision);
+  absl::StatusOr<etcdpb::RangeResponse> parts = etcd_->Range(read);
+  if (!parts.ok()) return parts.status();
+  if (parts->kvs_size() != static_cast<int>(pointer.parts())) {
+    return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, " has ", parts->kvs_size(), " of its ",
+                                            pointer.parts(), " parts"));
+  }
+  RestoredState state;
+  for (int i = 0; i < parts->kvs_size(); ++i) {
+    failover::v1::FollowedState part;
+    if (!part.ParseFromString(parts->kvs(i).value())) {
+      return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": part ", i, " does not parse"));
+    }
+    if (absl::Status added = api::AddStatePart(part, static_cast<size_t>(i), &state); !added.ok()) {
+      return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": ", added.message()));
+    }
+  }
+  state.log_index = at;
+  // With nothing queued, the feed's state is what the engine and the store hold.
+  while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
+  }
+  std::set<std::string> targets;
+  std::set<std::string> chains;
+  const RestoredState now = feed_->State();
+  for (const TargetConfig& t : now.targets) targets.insert(t.name);
+  for (const ChainConfig& c : now.chains) chains.insert(c.name);
+  Change full = ReplaceWith(state, targets, chains);
+  if (absl::Status applied = engine_->ApplyChange(full, clock_->Now()); !applied.ok()) {
+    return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": ", applied.message()));
+  }
+  last_index_ = at;
+  known = etcd_index_.load();
+  while (known < at && !etcd_index_.compare_exchange_weak(known, at)) {
+  }
+  committer_->Submit(std::move(full));
+  log::Info("this replica was behind the kept change log; started from the cluster's snapshot",
+            {{"log_index", at}, {"was_at", next - 1}});
+  return absl::OkStatus();
+}
+
+void Replica::Compact() {
+  if (!IsLeader() || options_.log_keep == 0) return;
+  if (LogIndex() < snapshot_index_.load() + options_.log_keep) return;
+  const RestoredState state = feed_->State();  // published: in etcd and here
+  const uint64_t at = state.log_index;
+  if (at < snapshot_index_.load() + options_.log_keep) return;
+  const int64_t term = term_.load();
+  const std::vector<failover::v1::FollowedState> parts = api::StateToProto(state, 512 << 10);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    etcdpb::PutRequest put;
+    put.set_key(keys_.SnapshotPart(at, static_cast<uint32_t>(i)));
+    put.set_value(parts[i].SerializeAsString());
+    if (absl::StatusOr<etcdpb::PutResponse> r = etcd_->Put(put); !r.ok()) return NoteEtcd(r.status());
+  }
+  // Fenced like every leader write: the pointer moves, and what it makes
+  // unneeded goes, only while this replica still leads.
+  etcdpb::TxnRequest txn;
+  etcdpb::Compare* still_leader = txn.add_compare();
+  still_leader->set_key(keys_.Leader());
+  still_leader->set_target(etcdpb::Compare::CREATE);
+  still_leader->set_result(etcdpb::Compare::EQUAL);
+  still_leader->set_create_revision(term);
+  SnapshotPointer pointer;
+  pointer.set_log_index(at);
+  pointer.set_parts(static_cast<uint32_t>(parts.size()));
+  pointer.set_term(term);
+  etcdpb::PutRequest* move = txn.add_success()->mutable_request_put();
+  move->set_key(keys_.Snapshot());
+  move->set_value(pointer.SerializeAsString());
+  const uint64_t keep_from = at > options_.log_keep ? at - options_.log_keep + 1 : 1;
+  etcdpb::DeleteRangeRequest* old_entries = txn.add_success()->mutable_request_delete_range();
+  old_entries->set_key(keys_.Log(1));
+  old_entries->set_range_end(keys_.Log(keep_from));
+  etcdpb::DeleteRangeRequest* old_parts = txn.add_success()->mutable_request_delete_range();
+  old_parts->set_key(keys_.SnapshotParts(0));
+  old_parts->set_range_end(keys_.SnapshotParts(at));
+  absl::StatusOr<etcdpb::TxnResponse> done = etcd_->Txn(txn);
+  if (!done.ok()) return NoteEtcd(done.status());
+  if (!done->succeeded()) return;  // no longer the leader; the next one compacts
+  snapshot_index_ = at;
+  log::Info("change log compacted", {{"snapshot_at", at}, {"kept_from", keep_from}});
+}
+
 void Replica::ResetToLog() {
   // What this replica made and could not write is dropped by the committer
   // (it is not the leader); once nothing is queued, the feed's state is
@@ -440,6 +555,7 @@ void Replica::RunSession() {
         StepDown(absl::StrCat("its etcd lease could not be renewed: ", ttl.status().message()));
       }
     }
+    Compact();
     UpdateMetrics();
   }
 }

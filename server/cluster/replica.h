@@ -52,6 +52,9 @@ struct ReplicaOptions {
   std::string peer_ca;
   std::string peer_cert;
   std::string peer_key;
+  // Log entries kept in etcd: every this many the leader writes a snapshot
+  // and deletes the entries before the last this many (0: keep every entry).
+  uint64_t log_keep = 10000;
   // Outcomes waiting for the leader beyond this are dropped, oldest first.
   size_t relay_limit = 100000;
 };
@@ -110,6 +113,10 @@ class Replica final : public api::LeaderLink {
   void BecomeLeader(int64_t term);
   void StepDown(const std::string& why);
   void ResetToLog();  // the log thread, after a step-down with unwritten Changes
+  // The leader: a snapshot of the published state, then the log before it trimmed.
+  void Compact();
+  // Starts from the snapshot when the log no longer reaches back to this replica.
+  absl::Status InstallSnapshot(int64_t revision);
   void NoteEtcd(const absl::Status& status);
   void SetLeaderAddress(std::string address);
   std::shared_ptr<grpc::Channel> LeaderChannel(std::string* address) const;
@@ -140,6 +147,7 @@ class Replica final : public api::LeaderLink {
   std::atomic<int64_t> applied_revision_{0};
   std::atomic<int64_t> lease_{0};
   std::atomic<uint64_t> leader_changes_{0};
+  std::atomic<uint64_t> snapshot_index_{0};  // the newest snapshot this replica knows of
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable changed_;

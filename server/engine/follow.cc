@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/state_mirror.h"
 #include "common/status_macros.h"
 #include "server/engine/decisions.h"
 #include "server/engine/engine.h"
@@ -106,42 +107,14 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
 }
 
 absl::Status Engine::ResetTo(const RestoredState& state, absl::Time now) {
-  Change full;
   std::set<std::string> targets;
   std::set<std::string> chains;
-  for (const TargetConfig& t : state.targets) targets.insert(t.name);
-  for (const ChainConfig& c : state.chains) chains.insert(c.name);
   {
     std::shared_ptr<const Snapshot> snap = Load();
-    for (const TargetEntry& t : snap->targets) {
-      if (targets.count(t.config.name) == 0) full.deleted_targets.push_back(t.config.name);
-    }
-    for (const ChainEntry& c : snap->chains) {
-      if (chains.count(c.config.name) == 0) full.deleted_chains.push_back(c.config.name);
-    }
-    if (!targets.empty() || !chains.empty() || !snap->targets.empty() || !snap->chains.empty()) {
-      full.config_generation = std::max<uint64_t>(state.generation, 1);
-    }
+    for (const TargetEntry& t : snap->targets) targets.insert(t.config.name);
+    for (const ChainEntry& c : snap->chains) chains.insert(c.config.name);
   }
-  full.put_targets = state.targets;
-  full.put_chains = state.chains;
-  std::map<std::string, const TargetStateRecord*> health;
-  for (const TargetStateRecord& r : state.health) health[r.name] = &r;
-  for (const TargetConfig& t : state.targets) {
-    auto m = state.manual.find(t.name);
-    full.manual.push_back(m == state.manual.end() ? ManualFailoverRecord{t.name, false, "", absl::InfinitePast()}
-                                                  : ManualFailoverRecord{t.name, true, m->second.reason, m->second.since});
-    auto h = health.find(t.name);
-    TargetStateRecord record;
-    record.name = t.name;
-    full.targets.push_back(h == health.end() ? record : *h->second);
-  }
-  for (const ChainConfig& c : state.chains) {
-    auto p = state.pins.find(c.name);
-    full.pins.push_back(PinRecord{c.name, p == state.pins.end() ? "" : p->second});
-  }
-  full.chains = state.chain_states;
-  RETURN_IF_ERROR(ApplyChange(full, now));
+  RETURN_IF_ERROR(ApplyChange(ReplaceWith(state, targets, chains), now));
   std::lock_guard<std::mutex> writer(writer_mu_);
   next_sequence_ = state.next_sequence;
   return absl::OkStatus();

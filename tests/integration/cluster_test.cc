@@ -231,6 +231,9 @@ TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
   EXPECT_EQ(status.self(), Address(follower));
   EXPECT_GE(status.applied_index(), 2u);
   EXPECT_TRUE(status.etcd_error().empty()) << status.etcd_error();
+  const CommandResult ctl = RunCommand({FailoverctlBinary(), "--server", Address(follower), "status"});
+  EXPECT_EQ(ctl.exit_code, 0) << ctl.err;
+  EXPECT_NE(ctl.out.find("is a follower; leader " + Address(leader_)), std::string::npos) << ctl.out;
 }
 
 TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
@@ -491,6 +494,38 @@ TEST_F(ClusterTest, ARestartedReplicaCatchesUp) {
   v1::TargetView view;
   ASSERT_TRUE(Admin(away)->GetTarget(Ctx().get(), req, &view).ok());
   EXPECT_EQ(view.status().health(), v1::HEALTH_STATE_DOWN);
+}
+
+TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
+  // Keep 4 entries: a snapshot every 4, the older entries deleted.
+  for (int i = 0; i < kReplicas; ++i) {
+    proc(i).Stop(SIGTERM);
+    StartReplica(i, {"--etcd-log-keep", "4"});
+  }
+  leader_ = AwaitLeader();
+  ASSERT_GE(leader_, 0);
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int away = Follower();
+  proc(away).Stop(SIGKILL);
+  for (int round = 0; round < 6; ++round) {
+    ASSERT_TRUE(Pin(leader_, round % 2 == 0 ? "b" : "a").ok());
+  }
+  Fail(leader_, "a");
+  // The log is trimmed behind a snapshot (it holds at most twice the kept entries).
+  EXPECT_TRUE(Within(10, [&] { return LogTerms().size() <= 8 && LogTerms().count(1) == 0; }))
+      << LogTerms().size() << " entries";
+  // The replica that was away is behind the trimmed log: it starts from the
+  // snapshot and then follows the log.
+  StartReplica(away, {"--etcd-log-keep", "4"});
+  EXPECT_EQ(Pinned(away), "a");
+  v1::GetTargetRequest req;
+  req.set_name("a");
+  v1::TargetView view;
+  ASSERT_TRUE(Admin(away)->GetTarget(Ctx().get(), req, &view).ok());
+  EXPECT_EQ(view.status().health(), v1::HEALTH_STATE_DOWN);
+  ASSERT_TRUE(Pin(leader_, "b").ok());
+  EXPECT_TRUE(Within(5, [&] { return Pinned(away) == "b"; }));
+  EXPECT_EQ(Status(away).applied_index(), Status(leader_).applied_index());
 }
 
 }  // namespace

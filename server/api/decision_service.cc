@@ -256,11 +256,14 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   Events events;
   // On a cluster follower the counting (trips, recoveries) is the leader's,
   // so it sees the outcomes of every replica (DESIGN 3.12); the verdict is
-  // this replica's. A failure is counted there first, so the verdict and the
-  // plans after it see a trip it caused; a success goes on afterwards.
+  // this replica's. A failure (or a success that may change the target's
+  // state) is counted there first, so the verdict and the plans after it see
+  // what it caused; any other success goes on in the background.
   const bool follower = ctx_.leader != nullptr && !ctx_.leader->IsLeader();
-  const bool relay_after = follower && report.facts.success;
-  if (follower && !report.facts.success) {
+  const bool relay_first =
+      follower && (!report.facts.success || ctx_.engine->SuccessMayChangeState(report.target));
+  const bool relay_after = follower && !relay_first;
+  if (relay_first) {
     ReportOutcomeRequest relayed = req;
     if (relayed.chain().empty()) relayed.set_chain(Engine::ChainOfDecision(req.decision_id()));
     ctx_.leader->RelayAndWait(std::move(relayed), absl::Milliseconds(500));

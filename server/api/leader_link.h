@@ -13,6 +13,8 @@ namespace failover::api {
 
 // Marks a call one replica passed to another, so it is never passed on twice.
 inline constexpr char kForwardedHeader[] = "x-failoverd-forwarded";
+// The leader's answer to a passed-on call: the Change log entry its changes are in.
+inline constexpr char kLogIndexTrailer[] = "x-failoverd-log-index";
 
 class LeaderLink {
  public:

@@ -76,10 +76,16 @@ absl::Status SerializeMessage(const google::protobuf::Message& message, grpc::By
   return absl::OkStatus();
 }
 
+void NoteLogIndex(const ServiceContext& context, grpc::CallbackServerContext* call) {
+  if (call->client_metadata().count(kForwardedHeader) == 0 || !context.leader->IsLeader()) return;
+  call->AddTrailingMetadata(kLogIndexTrailer, std::to_string(context.leader->LogIndex()));
+}
+
 bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& method,
                    grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                    grpc::ServerUnaryReactor** reactor) {
   if (context.leader == nullptr || context.leader->IsLeader()) return false;
+  const auto started = std::chrono::steady_clock::now();
   grpc::Status status;
   const absl::Status allowed = context.Authorize(*call, role);
   if (!allowed.ok()) {
@@ -93,6 +99,10 @@ bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& 
   }
   if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE) {
     call->AddTrailingMetadata(kAnsweredTrailer, "1");
+  }
+  if (context.metrics != nullptr) {
+    context.metrics->OnRpc(method.substr(method.rfind('/') + 1), static_cast<int>(status.error_code()),
+                           absl::FromChrono(std::chrono::steady_clock::now() - started));
   }
   *reactor = call->DefaultReactor();
   (*reactor)->Finish(status);

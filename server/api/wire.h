@@ -52,6 +52,11 @@ bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& 
                    grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
                    grpc::ServerUnaryReactor** reactor);
 
+// On the leader, answering a call a follower passed on: tells it the log
+// entry that holds what the call changed, so it answers only once it has
+// applied that entry (its caller reads its own writes there).
+void NoteLogIndex(const ServiceContext& context, grpc::CallbackServerContext* call);
+
 // The shape of every unary handler: authorize, parse, run `handler` on the
 // typed request, serialize, finish.
 template <class Service, class Request, class Response>
@@ -83,6 +88,7 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
     }();
     context.metrics->OnRpc(method, static_cast<int>(status.code()), absl::FromChrono(std::chrono::steady_clock::now() - started));
   }
+  if (route == Route::kLeader && context.leader != nullptr) NoteLogIndex(context, call);
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }

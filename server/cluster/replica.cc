@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/trailers.h"
 #include "failover/v1/decision.grpc.pb.h"
@@ -637,18 +638,31 @@ grpc::Status Replica::Forward(const std::string& method, const grpc::ServerConte
   context.AddMetadata(api::kForwardedHeader, "1");
   const auto cap = DeadlineIn(absl::Seconds(30));
   context.set_deadline(std::min(call.deadline(), cap));
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
+  // On a completion queue of its own, on this thread: waiting in a gRPC
+  // callback for a callback of the client API could take the last thread
+  // gRPC's callbacks run on.
+  grpc::CompletionQueue queue;
   grpc::Status result;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, response, [&](grpc::Status s) {
-    std::lock_guard<std::mutex> lock(m);
-    result = std::move(s);
-    done = true;
-    cv.notify_one();
-  });
-  std::unique_lock<std::mutex> lock(m);
-  cv.wait(lock, [&] { return done; });
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> pending =
+      stub.PrepareUnaryCall(&context, method, request, &queue);
+  pending->StartCall();
+  pending->Finish(response, &result, &queue);
+  void* tag = nullptr;
+  bool ok = false;
+  queue.Next(&tag, &ok);
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  // Read your writes: answer once this replica has applied what the call changed.
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto index = trailers.find(api::kLogIndexTrailer); index != trailers.end()) {
+    uint64_t needed = 0;
+    if (absl::SimpleAtoi(absl::string_view(index->second.data(), index->second.size()), &needed)) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(call.deadline() -
+                                                                             std::chrono::system_clock::now());
+      WaitApplied(needed, std::min(absl::FromChrono(left), absl::Seconds(5)));
+    }
+  }
   if (result.error_code() == grpc::StatusCode::UNAVAILABLE &&
       context.GetServerTrailingMetadata().count(kAnsweredTrailer) == 0) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,

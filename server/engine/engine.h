@@ -20,6 +20,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -375,6 +376,10 @@ class Engine {
   // the leader with Changes it could not write (DESIGN 3.12) goes back to the
   // replicated state. Decides nothing, emits nothing.
   [[nodiscard]] absl::Status ResetTo(const RestoredState& state, absl::Time now);
+  // Whether a success reported for `target` could change its state: it is not
+  // HEALTHY yet, or trips on rates over its recent calls. (A cluster follower
+  // relays such a success before answering, as it does a failure.)
+  bool SuccessMayChangeState(absl::string_view target) const;
   // The chain a decision id was made for ("" when it names none).
   static std::string ChainOfDecision(absl::string_view decision_id);
   // The sequence the next event will get (here or, following, there).
@@ -485,9 +490,9 @@ class Engine {
   absl::Time ProbeDueLocked(const TargetEntry& t, absl::Time now) const;
   // Applies one result. With `events` null it makes no transition: it returns
   // false, having done nothing, for a result that would make one, to be
-  // applied again under the writer.
+  // applied again under the writer. A result taken adds its target to `observed`.
   bool ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, uint64_t prober, absl::Time now,
-                        ProbeResponse* response, Events* events);
+                        ProbeResponse* response, Events* events, std::set<std::string>* observed);
   // A target without health checks whose dwell has passed.
   bool ComesBackNow(const TargetEntry& t, absl::Time now) const;
   // Brings back targets without health checks whose dwell passed (writer held).

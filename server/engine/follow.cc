@@ -120,6 +120,16 @@ absl::Status Engine::ResetTo(const RestoredState& state, absl::Time now) {
   return absl::OkStatus();
 }
 
+bool Engine::SuccessMayChangeState(absl::string_view target) const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(target);
+  if (t == nullptr) return false;
+  const HealthSettings& h = *t->health;
+  if (h.trip_failure_rate > 0 || h.slow_call_rate > 0 || h.slow_call_duration > absl::ZeroDuration()) return true;
+  std::lock_guard<std::mutex> lock(t->rt->mu);
+  return t->rt->health.state() != HealthState::kHealthy;
+}
+
 std::string Engine::ChainOfDecision(absl::string_view decision_id) {
   DecisionId id;
   return DecisionId::Parse(decision_id, &id) ? id.chain : "";

@@ -36,7 +36,7 @@ absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
 }
 
 bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, uint64_t prober, absl::Time now,
-                              ProbeResponse* response, Events* events) {
+                              ProbeResponse* response, Events* events, std::set<std::string>* observed) {
   // Lease ids are "<random>:<target>", so a result finds its target without a global map.
   const size_t colon = result.lease_id.find(':');
   const TargetEntry* t = colon == std::string::npos ? nullptr : snap.FindTarget(result.lease_id.substr(colon + 1));
@@ -77,6 +77,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     rt.lease_id.clear();
     ++response->accepted;
     rt.last_probe = now;
+    observed->insert(t->config.name);
     const HealthState before = rt.Effective();
     switch (outcome) {
       case ProbeOutcome::kPass:
@@ -111,13 +112,19 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
   std::shared_ptr<const Snapshot> snap = Load();
   const uint64_t prober = absl::HashOf(req.prober_id);
   std::vector<const ProbeResult*> transitions;
+  std::set<std::string> observed;  // targets whose check results were taken
   for (const ProbeResult& r : req.results) {
-    if (!ApplyProbeResult(*snap, r, prober, now, response, nullptr)) transitions.push_back(&r);
+    if (!ApplyProbeResult(*snap, r, prober, now, response, nullptr, &observed)) transitions.push_back(&r);
   }
-  if (!transitions.empty()) {
+  if (!transitions.empty() || (!observed.empty() && accepting_changes())) {
     ChangeWriter w(*this);
     snap = Load();  // a config change may have come first
-    for (const ProbeResult* r : transitions) ApplyProbeResult(*snap, *r, prober, now, response, w.events());
+    for (const ProbeResult* r : transitions) ApplyProbeResult(*snap, *r, prober, now, response, w.events(), &observed);
+    // What a check found (its time, its error) is stored even when it changed
+    // no state, so it survives a restart and reaches cluster followers.
+    if (accepting_changes()) {
+      for (const std::string& name : observed) w.TouchTarget(name);
+    }
     w.Finish(events);
   }
   const uint32_t max_tasks = req.max_tasks == 0 ? 16 : req.max_tasks;

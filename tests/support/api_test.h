@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -58,7 +59,29 @@ inline grpc::Status ApplyConfig(v1::AdminService::StubInterface* admin, const v1
 class ApiTest : public ::testing::Test {
  protected:
   // Starts (or restarts) failoverd on this test's data dir.
+  //
+  // With FAILOVERD_TEST_ETCD set (etcd endpoints), the test runs against a
+  // cluster follower instead (DESIGN 3.12): a leader replica with the same
+  // flags is started first, under a prefix of this test's own, and the
+  // stubs talk to a follower; restarts restart the follower.
   void StartServer(std::vector<std::string> extra_args = {}) {
+    if (const char* etcd = std::getenv("FAILOVERD_TEST_ETCD"); etcd != nullptr && *etcd != '\0') {
+      const std::string prefix =
+          std::string("/semantics/") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+      extra_args.insert(extra_args.end(), {"--etcd-endpoints", etcd, "--etcd-prefix", prefix, "--leader-lease", "2"});
+      if (!cluster_leader_) {
+        cluster_leader_ = std::make_unique<FailoverdProcess>(
+            FailoverdProcess::Options{cluster_leader_data_.path(), extra_args});
+        std::string error;
+        ASSERT_TRUE(cluster_leader_->Start(&error)) << error;
+        auto admin = v1::AdminService::NewStub(cluster_leader_->Channel());
+        ASSERT_TRUE(Eventually([&] {
+          v1::StatusResponse status;
+          return admin->GetStatus(Ctx().get(), v1::GetStatusRequest(), &status).ok() &&
+                 status.cluster().role() == v1::ClusterStatus::ROLE_LEADER;
+        })) << "the leader replica was not elected";
+      }
+    }
     proc_ = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data_.path(), std::move(extra_args)});
     std::string error;
     ASSERT_TRUE(proc_->Start(&error)) << error;
@@ -161,6 +184,8 @@ class ApiTest : public ::testing::Test {
 
   TempDir data_;
   std::unique_ptr<FailoverdProcess> proc_;
+  TempDir cluster_leader_data_;
+  std::unique_ptr<FailoverdProcess> cluster_leader_;  // FAILOVERD_TEST_ETCD only
   std::unique_ptr<v1::DecisionService::Stub> decide_;
   std::unique_ptr<v1::AdminService::Stub> admin_;
 };

@@ -33,7 +33,7 @@ trap cleanup EXIT
 # A cluster with the Prometheus Operator's CRDs.
 crds=(--api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule)
 for values in "" tls-values.yaml existing-configmap-values.yaml servicemonitor-values.yaml chains-values.yaml \
-  http-values.yaml observability-values.yaml hardened-values.yaml; do
+  http-values.yaml observability-values.yaml hardened-values.yaml cluster-values.yaml; do
   args=()
   [ -n "$values" ] && args=(-f "$chart/ci/$values")
   echo "== ${values:-default values}"
@@ -132,8 +132,27 @@ echo "== replicaCount 2 must fail"
 if "$helm" template demo "$chart" -f "$chart/ci/replicas2-values.yaml" > /dev/null 2> "$work/err"; then
   echo "rendered with replicaCount 2"; exit 1
 fi
-grep -q "failoverd runs as one replica" "$work/err" || { cat "$work/err"; exit 1; }
+grep -q "without cluster mode failoverd runs as one replica" "$work/err" || { cat "$work/err"; exit 1; }
 cat "$work/err"
+
+echo "== cluster mode: replicas with etcd, each advertising its pod IP, spread over nodes, with a PDB"
+"$helm" template demo "$chart" --namespace ai -f "$chart/ci/cluster-values.yaml" > "$work/cluster.yaml"
+for want in "replicas: 3" "--etcd-endpoints=etcd.db.svc.cluster.local:2379" "--etcd-prefix=/failoverd/ai/demo-failoverd" \
+  '--advertise-address=$(POD_IP):50051' "fieldPath: status.podIP" "--etcd-ca=/etc/failoverd/etcd-tls/ca.crt" \
+  "--etcd-cert=/etc/failoverd/etcd-tls/tls.crt" '--etcd-user=$(ETCD_USER)' "secretName: etcd-client-tls" \
+  "--etcd-password-file=/etc/failoverd/etcd-auth/password" "--peer-ca=/etc/failoverd/tls/ca.crt" \
+  "podAntiAffinity" "topologyKey: kubernetes.io/hostname" "kind: PodDisruptionBudget"; do
+  grep -qF -- "$want" "$work/cluster.yaml" || { echo "cluster render lacks: $want"; exit 1; }
+done
+printf 'replicaCount: 3\ncluster:\n  etcd: {endpoints: ["etcd:2379"]}\n  podAntiAffinity: hard\n' > "$work/hard.yaml"
+"$helm" template demo "$chart" -f "$work/hard.yaml" | grep -q requiredDuringSchedulingIgnoredDuringExecution ||
+  { echo "hard anti-affinity not rendered"; exit 1; }
+"$helm" template demo "$chart" > "$work/single.yaml"
+if grep -q -- "--etcd-endpoints\|kind: PodDisruptionBudget\|podAntiAffinity" "$work/single.yaml"; then
+  echo "cluster settings rendered for a single replica"; exit 1
+fi
+printf 'cluster:\n  etcd: {endpoints: ["etcd.db.svc"]}\n' > "$work/noport.yaml"
+if "$helm" template demo "$chart" -f "$work/noport.yaml" > /dev/null 2>&1; then echo "an endpoint without a port rendered"; exit 1; fi
 
 echo "== a wrong value type must fail the schema"
 if "$helm" template demo "$chart" -f "$chart/ci/bad-type-values.yaml" > /dev/null 2> "$work/err"; then

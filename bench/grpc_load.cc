@@ -66,24 +66,6 @@ bool PinProcess(pid_t pid, int cpu) {
   return ok;
 }
 
-// User + system CPU seconds a process has used.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  long utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {
-    if (i == 14) utime = std::stol(field);
-    if (i == 15) {
-      stime = std::stol(field);
-      break;
-    }
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 struct Totals {
   std::vector<double> latencies_us;
   double seconds = 0;
@@ -112,7 +94,7 @@ class Load {
     std::vector<std::vector<double>> latencies(options_.threads);
     std::vector<long> errors(options_.threads, 0), extra(options_.threads, 0);
     std::vector<std::thread> threads;
-    const double cpu_before = CpuSeconds(server);
+    const double cpu_before = failover::bench::CpuSeconds(server);
     const auto start = Clock::now();
     for (int t = 0; t < options_.threads; ++t) {
       threads.emplace_back([&, t] {
@@ -130,7 +112,7 @@ class Load {
     for (auto& th : threads) th.join();
     if (totals == nullptr) return;
     totals->seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    totals->server_cpu_seconds += CpuSeconds(server) - cpu_before;
+    totals->server_cpu_seconds += failover::bench::CpuSeconds(server) - cpu_before;
     for (int t = 0; t < options_.threads; ++t) {
       totals->latencies_us.insert(totals->latencies_us.end(), latencies[t].begin(), latencies[t].end());
       totals->errors += errors[t];

@@ -67,7 +67,11 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   OutcomeStream(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
                 grpc::ByteBuffer* response)
-      : service_(service), ctx_(ctx), call_(call), response_(response) {
+      : service_(service),
+        ctx_(ctx),
+        call_(call),
+        response_(response),
+        relayed_(call->client_metadata().count(kForwardedHeader) != 0) {
     const absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
     if (allowed.ok()) {
       StartRead(&in_);
@@ -94,7 +98,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     ReportOutcomeRequest request;
     ReportOutcomeResponse answer;
     absl::Status status = ParseRequest(in_, &request);
-    if (status.ok()) status = service_->Report(request, &answer);
+    if (status.ok()) status = service_->Report(request, &answer, relayed_);
     if (status.ok()) {
       ++accepted_;
     } else {
@@ -115,6 +119,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const ServiceContext ctx_;
   grpc::CallbackServerContext* const call_;
   grpc::ByteBuffer* const response_;
+  const bool relayed_;  // from a cluster follower
   grpc::ByteBuffer in_;
   uint32_t accepted_ = 0;
   uint32_t refused_ = 0;
@@ -221,7 +226,7 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
   return absl::OkStatus();
 }
 
-absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp) {
+absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed) {
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   if (!req.chain().empty()) RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   ReportRequest report;
@@ -271,7 +276,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   Committer::Scope changes(ctx_.committer);
   for (uint32_t i = 0; i < std::max<uint32_t>(req.count(), 1); ++i) {
     RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
-    if (ctx_.metrics != nullptr) ctx_.metrics->OnOutcome(report.target, result, report.latency);
+    if (ctx_.metrics != nullptr && !relayed) ctx_.metrics->OnOutcome(report.target, result, report.latency);
   }
   RETURN_IF_ERROR(changes.Await());
   if (relay_after) {
@@ -279,7 +284,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     relayed.set_chain(result.chain);
     ctx_.leader->Relay(std::move(relayed));
   }
-  if (ctx_.metrics != nullptr) {
+  if (ctx_.metrics != nullptr && !relayed) {
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();
   }

@@ -41,7 +41,13 @@ class DecisionService final : public DecisionServiceBase {
   // The handlers without the call around them (the fuzzers call these).
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
   absl::Status DoProbe(const failover::v1::ProbeRequest& req, failover::v1::ProbeResponse* resp);
-  absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp);
+  absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp) {
+    return Report(req, resp, /*relayed=*/false);
+  }
+  // `relayed`: passed on by a cluster follower, which answered the caller and
+  // counted it in its own metrics; here it is only counted toward health.
+  absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp,
+                      bool relayed);
 
  private:
   ServiceContext ctx_;

@@ -21,6 +21,8 @@ namespace {
 
 constexpr size_t kRangePage = 256;
 constexpr size_t kRelayBatch = 1000;
+constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
+constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
 
 std::string ReadFileOrEmpty(const std::string& path) {
   if (path.empty()) return "";
@@ -197,6 +199,7 @@ void Replica::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (watch_) watch_->Cancel();
     changed_.notify_all();
+    relay_ready_.notify_all();
   }
   if (log_thread_.joinable()) log_thread_.join();
   if (session_thread_.joinable()) session_thread_.join();
@@ -671,14 +674,17 @@ grpc::Status Replica::Forward(const std::string& method, const grpc::ServerConte
   return result;
 }
 
+void Replica::DropOldestRelayedLocked() {
+  if (relay_.front().acked) --relay_waited_;  // its caller stops waiting at its deadline
+  relay_.pop_front();
+  ++relay_dropped_;
+}
+
 void Replica::Relay(failover::v1::ReportOutcomeRequest report) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (relay_.size() >= options_.relay_limit) {
-    relay_.pop_front();
-    ++relay_dropped_;
-  }
+  if (relay_.size() >= options_.relay_limit) DropOldestRelayedLocked();
   relay_.push_back(Relayed{std::move(report), nullptr});
-  changed_.notify_all();
+  if (relay_.size() == 1) relay_ready_.notify_one();
 }
 
 void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) {
@@ -686,12 +692,10 @@ void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Dura
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
   auto acked = std::make_shared<Acked>();
   std::unique_lock<std::mutex> lock(mu_);
-  if (relay_.size() >= options_.relay_limit) {
-    relay_.pop_front();
-    ++relay_dropped_;
-  }
+  if (relay_.size() >= options_.relay_limit) DropOldestRelayedLocked();
   relay_.push_back(Relayed{std::move(report), acked});
-  changed_.notify_all();
+  ++relay_waited_;
+  relay_ready_.notify_one();
   if (!changed_.wait_until(lock, deadline, [&] { return acked->done || stopping_.load(); })) return;
   changed_.wait_until(lock, deadline, [&] { return last_index_.load() >= acked->log_index || stopping_.load(); });
 }
@@ -701,10 +705,32 @@ void Replica::RunRelay() {
     std::vector<Relayed> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
+      relay_ready_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
+      // Background successes wait a moment for company (a call per outcome
+      // would cost more than the outcome); one that is waited for goes at once.
+      relay_ready_.wait_for(lock, absl::ToChronoNanoseconds(kRelayGather),
+                            [&] { return stopping_.load() || relay_waited_ > 0 || relay_.size() >= kRelayBatch; });
+      // Background successes (ones that change nothing at the leader) on the
+      // same target and chain travel as one report with a count; never across
+      // an outcome that is waited for, so the order that matters is kept.
+      std::map<std::pair<std::string, std::string>, size_t> merged;
       while (!relay_.empty() && batch.size() < kRelayBatch) {
-        batch.push_back(std::move(relay_.front()));
+        Relayed next = std::move(relay_.front());
         relay_.pop_front();
+        if (next.acked) --relay_waited_;
+        if (next.acked || !next.report.has_success()) {
+          merged.clear();
+          batch.push_back(std::move(next));
+          continue;
+        }
+        auto [at, fresh] = merged.try_emplace({next.report.target(), next.report.chain()}, batch.size());
+        failover::v1::ReportOutcomeRequest& into = batch[at->second].report;
+        if (!fresh && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
+          into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
+          continue;
+        }
+        at->second = batch.size();
+        batch.push_back(std::move(next));
       }
     }
     if (batch.empty()) continue;
@@ -738,11 +764,11 @@ void Replica::RunRelay() {
     if (!sent.ok()) {
       // Kept for the next leader (oldest first), up to the limit.
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = batch.rbegin(); it != batch.rend(); ++it) relay_.push_front(std::move(*it));
-      while (relay_.size() > options_.relay_limit) {
-        relay_.pop_front();
-        ++relay_dropped_;
+      for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+        if (it->acked) ++relay_waited_;
+        relay_.push_front(std::move(*it));
       }
+      while (relay_.size() > options_.relay_limit) DropOldestRelayedLocked();
     }
     if (!sent.ok() && !SleepFor(absl::Milliseconds(200))) break;
   }

@@ -106,6 +106,7 @@ class Replica final : public api::LeaderLink {
   void RunLog();      // applies the log: a range to catch up, then a watch
   void RunSession();  // the lease, the campaign, leadership
   void RunRelay();    // outcomes to the leader
+  void DropOldestRelayedLocked();  // mu_ held: the queue is full
   // Applies what one range or watch brought. False: start over (a gap, a
   // conflict, a reset to do).
   bool ApplyEntry(uint64_t index, const std::string& value);
@@ -150,7 +151,8 @@ class Replica final : public api::LeaderLink {
   std::atomic<uint64_t> snapshot_index_{0};  // the newest snapshot this replica knows of
 
   mutable std::mutex mu_;  // guards what follows
-  std::condition_variable changed_;
+  std::condition_variable changed_;      // applied entries, leadership, stopping
+  std::condition_variable relay_ready_;  // outcomes queued for the leader
   std::string leader_address_;
   std::string etcd_error_;
   std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
@@ -165,6 +167,7 @@ class Replica final : public api::LeaderLink {
     std::shared_ptr<Acked> acked;
   };
   std::deque<Relayed> relay_;
+  size_t relay_waited_ = 0;  // entries of relay_ someone waits for
   std::atomic<bool> leader_reachable_{true};
   uint64_t relay_dropped_ = 0;
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;

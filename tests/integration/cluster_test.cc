@@ -68,6 +68,16 @@ class ClusterTest : public ::testing::Test {
     ASSERT_GE(leader_, 0) << "no leader elected";
   }
 
+  void TearDown() override {
+    if (!HasFailure()) return;
+    for (size_t i = 0; i < procs_.size(); ++i) {
+      if (!procs_[i]) continue;
+      const std::string err = procs_[i]->Stderr();
+      std::fprintf(stderr, "--- replica %zu (%s) stderr, last 3000 bytes:\n%s\n", i, Address(static_cast<int>(i)).c_str(),
+                   err.substr(err.size() > 3000 ? err.size() - 3000 : 0).c_str());
+    }
+  }
+
   void StartReplica(int i, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--etcd-endpoints", etcd_->Endpoints(), "--etcd-prefix", prefix_,
                                      "--leader-lease", "2"};
@@ -304,12 +314,13 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
   ASSERT_GT(last_seen, 0u);
 
   // Decisions go on on the survivors all along.
+  const int old_leader = leader_;
   std::atomic<bool> stop{false};
   std::atomic<int> failed_picks{0};
   std::thread picker([&] {
     while (!stop) {
       for (int i = 0; i < kReplicas; ++i) {
-        if (i == leader_) continue;
+        if (i == old_leader) continue;
         v1::PickTargetRequest req;
         req.set_chain("ch");
         v1::PickTargetResponse resp;
@@ -318,8 +329,7 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
     }
   });
   const auto killed_at = std::chrono::steady_clock::now();
-  proc(leader_).Stop(SIGKILL);
-  const int old_leader = leader_;
+  proc(old_leader).Stop(SIGKILL);
   leader_ = AwaitLeader(10, {old_leader});
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   stop = true;
@@ -440,6 +450,7 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
 
 TEST_F(ClusterTest, LosingAnEtcdMemberChangesNothing) {
   ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
   etcd_->Kill(0);
   for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Active(i), "a");
   ASSERT_TRUE(Pin(Follower(), "b").ok());

@@ -349,14 +349,15 @@ absl::Status Daemon::Stop() {
     server_->Wait();
     log::Debug("grpc server drained");
   }
-  reloader_.reset();
-  if (ticker_) ticker_->Stop();
   if (replica_) {
     // What is queued reaches etcd while the lease still holds, then the
-    // replica resigns so another takes over at once.
+    // replica resigns so another takes over at once. Before the reloader
+    // goes: becoming the leader applies the config files.
     (void)committer_->AwaitIdle(absl::Seconds(2));
     replica_->Stop();
   }
+  reloader_.reset();
+  if (ticker_) ticker_->Stop();
   if (committer_) committer_->Stop();
   absl::Status closed = absl::OkStatus();
   if (store_) closed = store_->Close();

@@ -740,7 +740,8 @@ void Replica::RunRelay() {
     if (channel) {
       auto stub = failover::v1::DecisionService::NewStub(channel);
       grpc::ClientContext context;
-      context.set_deadline(DeadlineIn(absl::Seconds(5)));
+      // Short: while a leader does not answer, followers must stop waiting on it soon.
+      context.set_deadline(DeadlineIn(absl::Seconds(1)));
       if (!peer_token_.empty()) context.AddMetadata("authorization", "Bearer " + peer_token_);
       context.AddMetadata(api::kForwardedHeader, "1");
       failover::v1::StreamOutcomesResponse summary;

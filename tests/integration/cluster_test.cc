@@ -4,8 +4,10 @@
 // prefixes share an etcd without seeing each other). Leases are 2 s so a lost
 // leader is replaced quickly; every wait is on a condition with a deadline.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <map>
 #include <set>
@@ -537,6 +539,142 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   ASSERT_TRUE(Pin(leader_, "b").ok());
   EXPECT_TRUE(Within(5, [&] { return Pinned(away) == "b"; }));
   EXPECT_EQ(Status(away).applied_index(), Status(leader_).applied_index());
+}
+
+// etcd with TLS (client certificates required) and users: failoverd reaches
+// it with --etcd-ca/--etcd-cert/--etcd-key and --etcd-user/--etcd-password-file,
+// and says why when it cannot.
+class ClusterEtcdSecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!EtcdCluster::Installed()) GTEST_SKIP() << "etcd is not installed";
+    const std::string d = dir_.path();
+    auto run = [](const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+      const CommandResult r = RunCommand(argv, env);
+      EXPECT_EQ(r.exit_code, 0) << argv[0] << ": " << r.err;
+      return r.exit_code == 0;
+    };
+    ASSERT_TRUE(run({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/ca.key",
+                     "-out", d + "/ca.crt", "-days", "1", "-subj", "/CN=failoverd-test-ca"}));
+    for (const std::string& who : {std::string("server"), std::string("client")}) {
+      ASSERT_TRUE(run({"/usr/bin/openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", d + "/" + who + ".key",
+                       "-out", d + "/" + who + ".csr", "-subj", who == "server" ? "/CN=etcd" : "/CN=root"}));
+      std::ofstream(d + "/" + who + ".ext") << (who == "server" ? "subjectAltName=IP:127.0.0.1\n"
+                                                                  : "extendedKeyUsage=clientAuth\n");
+      ASSERT_TRUE(run({"/usr/bin/openssl", "x509", "-req", "-in", d + "/" + who + ".csr", "-CA", d + "/ca.crt",
+                       "-CAkey", d + "/ca.key", "-CAcreateserial", "-out", d + "/" + who + ".crt", "-days", "1",
+                       "-extfile", d + "/" + who + ".ext"}));
+    }
+    client_port_ = FreePort();
+    const int peer = FreePort();
+    const std::string client = "https://127.0.0.1:" + std::to_string(client_port_);
+    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
+    etcd_pid_ = SpawnProcess({"/usr/bin/etcd", "--name", "secure", "--data-dir", d + "/etcd", "--listen-client-urls",
+                              client, "--advertise-client-urls", client, "--listen-peer-urls", peer_url,
+                              "--initial-advertise-peer-urls", peer_url, "--initial-cluster", "secure=" + peer_url,
+                              "--cert-file", d + "/server.crt", "--key-file", d + "/server.key", "--trusted-ca-file",
+                              d + "/ca.crt", "--client-cert-auth", "--logger", "zap", "--log-outputs",
+                              d + "/etcd.log"},
+                             "", "");
+    ASSERT_GT(etcd_pid_, 0);
+    const std::vector<std::string> ctl = {"/usr/bin/etcdctl", "--endpoints", client, "--cacert", d + "/ca.crt",
+                                          "--cert", d + "/client.crt", "--key", d + "/client.key",
+                                          "--command-timeout", "2s"};
+    auto etcdctl = [&](std::vector<std::string> args) {
+      std::vector<std::string> argv = ctl;
+      argv.insert(argv.end(), args.begin(), args.end());
+      return RunCommand(argv, {"ETCDCTL_API=3"});
+    };
+    ASSERT_TRUE(WaitUntil(20, [&] { return etcdctl({"endpoint", "health"}).exit_code == 0; }));
+    for (const std::vector<std::string>& step : std::vector<std::vector<std::string>>{
+             {"user", "add", "root:root-secret"},
+             {"user", "add", "failoverd:fo-secret"},
+             {"role", "add", "failoverd"},
+             {"role", "grant-permission", "failoverd", "--prefix=true", "readwrite", "/secure/"},
+             {"user", "grant-role", "failoverd", "failoverd"},
+             {"auth", "enable"}}) {
+      const CommandResult r = etcdctl(step);
+      ASSERT_EQ(r.exit_code, 0) << step[0] << " " << step[1] << ": " << r.err;
+    }
+    std::ofstream(d + "/password") << "fo-secret\n";
+    std::ofstream(d + "/wrong-password") << "guess\n";
+  }
+  void TearDown() override {
+    if (etcd_pid_ > 0) {
+      kill(etcd_pid_, SIGKILL);
+      waitpid(etcd_pid_, nullptr, 0);
+    }
+  }
+
+  std::unique_ptr<FailoverdProcess> Start(std::vector<std::string> args) {
+    std::vector<std::string> all = {"--etcd-endpoints", "127.0.0.1:" + std::to_string(client_port_), "--etcd-prefix",
+                                    "/secure/cluster", "--leader-lease", "2"};
+    all.insert(all.end(), args.begin(), args.end());
+    auto proc = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{data_.path(), all});
+    std::string error;
+    EXPECT_TRUE(proc->Start(&error)) << error;
+    return proc;
+  }
+  std::vector<std::string> Tls() const {
+    const std::string d = dir_.path();
+    return {"--etcd-ca", d + "/ca.crt", "--etcd-cert", d + "/client.crt", "--etcd-key", d + "/client.key"};
+  }
+  static v1::ClusterStatus StatusOf(FailoverdProcess& proc) {
+    v1::StatusResponse resp;
+    if (!v1::AdminService::NewStub(proc.Channel())->GetStatus(Ctx(2).get(), v1::GetStatusRequest(), &resp).ok()) {
+      return v1::ClusterStatus();
+    }
+    return resp.cluster();
+  }
+
+  TempDir dir_;
+  TempDir data_;
+  int client_port_ = 0;
+  pid_t etcd_pid_ = -1;
+};
+
+TEST_F(ClusterEtcdSecurityTest, TlsAndAUserFromAFileReachEtcdAndMistakesAreNamed) {
+  std::vector<std::string> good = Tls();
+  good.insert(good.end(), {"--etcd-user", "failoverd", "--etcd-password-file", dir_.path() + "/password"});
+  {
+    auto proc = Start(good);
+    ASSERT_TRUE(Within(10, [&] { return StatusOf(*proc).role() == ClusterStatus::ROLE_LEADER; }))
+        << proc->Stderr();
+    EXPECT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc->Channel()).get(), TwoTargetConfig()).ok());
+    proc->Stop(SIGTERM);
+  }
+  // A wrong password: no leader, and the status says what etcd said.
+  std::vector<std::string> wrong = Tls();
+  wrong.insert(wrong.end(), {"--etcd-user", "failoverd", "--etcd-password-file", dir_.path() + "/wrong-password"});
+  {
+    auto proc = Start(wrong);
+    ClusterStatus status;
+    EXPECT_TRUE(Within(10, [&] {
+      status = StatusOf(*proc);
+      return status.etcd_error().find("authentication failed") != std::string::npos;
+    })) << status.etcd_error();
+    EXPECT_EQ(status.role(), ClusterStatus::ROLE_FOLLOWER);
+    // It still serves what it had: the chain applied above.
+    v1::PickTargetRequest pick;
+    pick.set_chain("ch");
+    v1::PickTargetResponse plan;
+    EXPECT_TRUE(v1::DecisionService::NewStub(proc->Channel())->PickTarget(Ctx().get(), pick, &plan).ok());
+    proc->Stop(SIGTERM);
+  }
+  // Flags that cannot work are refused at start, naming the flag.
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--etcd-user", "failoverd"},
+           {"--etcd-user", "failoverd", "--etcd-password-file", dir_.path() + "/missing"},
+           {"--etcd-ca", dir_.path() + "/missing.crt"},
+           {"--etcd-cert", dir_.path() + "/client.crt"}}) {
+    std::vector<std::string> argv = {FailoverdBinary(), "--data-dir", data_.path() + "/other", "--listen",
+                                     "127.0.0.1:0", "--metrics-listen", "", "--etcd-endpoints",
+                                     "127.0.0.1:" + std::to_string(client_port_)};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    const CommandResult r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 1) << bad[0];
+    EXPECT_NE(r.err.find(bad[0] == "--etcd-user" ? "--etcd-password-file" : bad[0]), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ namespace {
 
 constexpr size_t kRangePage = 256;
 constexpr size_t kRelayBatch = 1000;
+constexpr size_t kTxnBytes = 1 << 20;  // below etcd's default --max-request-bytes (1.5 MiB)
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
 
@@ -70,42 +71,54 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
       return Dropped(absl::UnavailableError(
           "not saved: this replica is no longer the cluster's leader; the change was dropped, try again"));
     }
-    etcdpb::TxnRequest txn;
-    etcdpb::Compare* still_leader = txn.add_compare();
-    still_leader->set_key(keys_.Leader());
-    still_leader->set_target(etcdpb::Compare::CREATE);
-    still_leader->set_result(etcdpb::Compare::EQUAL);
-    still_leader->set_create_revision(term);
-    for (const Change* c : fresh) {
-      etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
-      put->set_key(keys_.Log(c->log_index));
-      put->set_value(EncodeEntry(*c, term));
-    }
-    absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(txn);
-    if (!written.ok()) {
-      // Not retried: by the time etcd answers again the lease may be gone and
-      // another replica leading. The leader steps down, drops what it made
-      // (its engine goes back to the log's state) and stands again, so a
-      // refused change is not made anywhere.
-      NoteEtcd(written.status());
-      StepDown(absl::StrCat("cannot write the change log: ", written.status().message()));
-      const bool refused = written.status().code() == absl::StatusCode::kInvalidArgument ||
-                           written.status().code() == absl::StatusCode::kResourceExhausted;
-      return Dropped(absl::Status(
-          refused ? written.status().code() : absl::StatusCode::kUnavailable,
-          absl::StrCat("not saved: cannot write the change log to etcd (", written.status().message(),
-                       "); the change was dropped", refused ? "" : ", try again")));
-    }
-    NoteEtcd(absl::OkStatus());
-    if (!written->succeeded()) {
-      StepDown("another replica holds the leader key");
-      return Dropped(absl::UnavailableError(
-          "not saved: this replica lost the cluster's leadership before the change was written; the change was "
-          "dropped, try again"));
-    }
-    const uint64_t last = fresh.back()->log_index;
-    uint64_t known = etcd_index_.load();
-    while (known < last && !etcd_index_.compare_exchange_weak(known, last)) {
+    // One fenced transaction per group of entries under etcd's request limit
+    // (1.5 MiB by default); a single larger entry goes alone and etcd judges it.
+    size_t next = 0;
+    while (next < fresh.size()) {
+      etcdpb::TxnRequest txn;
+      etcdpb::Compare* still_leader = txn.add_compare();
+      still_leader->set_key(keys_.Leader());
+      still_leader->set_target(etcdpb::Compare::CREATE);
+      still_leader->set_result(etcdpb::Compare::EQUAL);
+      still_leader->set_create_revision(term);
+      size_t bytes = 0;
+      const size_t first = next;
+      while (next < fresh.size()) {
+        std::string entry = EncodeEntry(*fresh[next], term);
+        if (next > first && bytes + entry.size() > kTxnBytes) break;
+        bytes += entry.size();
+        etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
+        put->set_key(keys_.Log(fresh[next]->log_index));
+        put->set_value(std::move(entry));
+        ++next;
+      }
+      absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(txn);
+      if (!written.ok()) {
+        // Not retried: by the time etcd answers again the lease may be gone
+        // and another replica leading. The leader steps down, drops what it
+        // made (its engine goes back to the log's state, which brings back
+        // any group written before this one) and stands again, so a refused
+        // change is not made anywhere.
+        NoteEtcd(written.status());
+        StepDown(absl::StrCat("cannot write the change log: ", written.status().message()));
+        const bool refused = written.status().code() == absl::StatusCode::kInvalidArgument ||
+                             written.status().code() == absl::StatusCode::kResourceExhausted;
+        return Dropped(absl::Status(
+            refused ? written.status().code() : absl::StatusCode::kUnavailable,
+            absl::StrCat("not saved: cannot write the change log to etcd (", written.status().message(),
+                         "); the change was dropped", refused ? "" : ", try again")));
+      }
+      NoteEtcd(absl::OkStatus());
+      if (!written->succeeded()) {
+        StepDown("another replica holds the leader key");
+        return Dropped(absl::UnavailableError(
+            "not saved: this replica lost the cluster's leadership before the change was written; the change was "
+            "dropped, try again"));
+      }
+      const uint64_t last = fresh[next - 1]->log_index;
+      uint64_t known = etcd_index_.load();
+      while (known < last && !etcd_index_.compare_exchange_weak(known, last)) {
+      }
     }
   }
   return local(changes);

@@ -450,6 +450,39 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   EXPECT_TRUE(Pin(Follower(), "b").ok());
 }
 
+TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
+  // One apply larger than etcd takes in a request (the suite's etcd: 512 KiB).
+  v1::ApplyRequest huge = Config(1);
+  for (int t = 0; huge.ByteSizeLong() < EtcdCluster::kMaxRequestBytes + (64 << 10); ++t) {
+    huge.add_targets()->set_name("big-" + std::to_string(t) + "-" + std::string(100, 'x'));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::ApplyResponse resp;
+  const grpc::Status refused = Admin(Follower())->Apply(&ctx, huge, &resp);
+  // etcd's refusal, with its reason ("request is too large", or gRPC's "larger than max").
+  EXPECT_TRUE(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+              refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+      << refused.error_code() << " " << refused.error_message();
+  EXPECT_NE(refused.error_message().find("etcd"), std::string::npos) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("large"), std::string::npos) << refused.error_message();
+  // Made nowhere: no replica lists the new targets.
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(5, [&] {
+      v1::ListTargetsRequest req;
+      v1::ListTargetsResponse list;
+      return Admin(i)->ListTargets(Ctx().get(), req, &list).ok() && list.targets_size() == 2;
+    })) << "replica " << i;
+  }
+  // The cluster goes on: a leader, and ordinary changes.
+  leader_ = AwaitLeader();
+  ASSERT_GE(leader_, 0);
+  EXPECT_TRUE(Within(5, [&] { return Pin(Follower(), "b").ok(); }));
+  for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Pinned(i) == "b"; })) << "replica " << i;
+}
+
 TEST_F(ClusterTest, LosingAnEtcdMemberChangesNothing) {
   ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));

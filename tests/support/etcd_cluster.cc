@@ -41,6 +41,8 @@ bool EtcdCluster::Launch(int member, const std::string& state) {
                         "--initial-cluster-token", "failoverd-test",
                         // Short Raft timers: a lost member or leader is noticed in well under a second.
                         "--heartbeat-interval", "50", "--election-timeout", "500",
+                        // Smaller than etcd's default 1.5 MiB, so a test can pass it with a modest apply.
+                        "--max-request-bytes", std::to_string(kMaxRequestBytes),
                         "--logger", "zap", "--log-outputs", dir_.path() + "/" + m.name + ".log"},
                        "", "");
   return m.pid > 0;

@@ -14,6 +14,8 @@ namespace failover::testing {
 
 class EtcdCluster {
  public:
+  // etcd's --max-request-bytes for the members.
+  static constexpr int kMaxRequestBytes = 512 << 10;
   explicit EtcdCluster(int members = 3);
   ~EtcdCluster();  // SIGKILLs every member
 

@@ -4,7 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -63,9 +65,28 @@ void Daemon::OnWrites(const absl::Status& status) {
 }
 
 // Cluster mode's etcd client and replica, from the flags.
+// "host:port" with a port from 1 to 65535 ("[::1]:2379" too).
+static bool IsHostPort(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == 0 || colon == absl::string_view::npos) return false;
+  int port = 0;
+  return absl::SimpleAtoi(address.substr(colon + 1), &port) && port > 0 && port < 65536 &&
+         address.find_first_of(" /\t") == absl::string_view::npos;
+}
+
 static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags& flags, Engine* engine, const Clock* clock) {
   cluster::ReplicaOptions options;
   options.etcd.endpoints = absl::StrSplit(flags.etcd_endpoints, ',', absl::SkipWhitespace());
+  for (const std::string& endpoint : options.etcd.endpoints) {
+    if (!IsHostPort(endpoint)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--etcd-endpoints: \"", absl::CHexEscape(endpoint), "\" is not host:port"));
+    }
+  }
+  if (!flags.advertise_address.empty() && !IsHostPort(flags.advertise_address)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--advertise-address: \"", absl::CHexEscape(flags.advertise_address), "\" is not host:port"));
+  }
   options.etcd.ca = flags.etcd_ca;
   options.etcd.cert = flags.etcd_cert;
   options.etcd.key = flags.etcd_key;

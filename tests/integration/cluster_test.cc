@@ -699,10 +699,14 @@ TEST_F(ClusterEtcdSecurityTest, TlsAndAUserFromAFileReachEtcdAndMistakesAreNamed
            {"--etcd-user", "failoverd"},
            {"--etcd-user", "failoverd", "--etcd-password-file", dir_.path() + "/missing"},
            {"--etcd-ca", dir_.path() + "/missing.crt"},
-           {"--etcd-cert", dir_.path() + "/client.crt"}}) {
+           {"--etcd-cert", dir_.path() + "/client.crt"},
+           {"--etcd-endpoints", "etcd.example"},
+           {"--advertise-address", "replica-1"}}) {
     std::vector<std::string> argv = {FailoverdBinary(), "--data-dir", data_.path() + "/other", "--listen",
-                                     "127.0.0.1:0", "--metrics-listen", "", "--etcd-endpoints",
-                                     "127.0.0.1:" + std::to_string(client_port_)};
+                                     "127.0.0.1:0", "--metrics-listen", ""};
+    if (bad[0] != "--etcd-endpoints") {
+      argv.insert(argv.end(), {"--etcd-endpoints", "127.0.0.1:" + std::to_string(client_port_)});
+    }
     argv.insert(argv.end(), bad.begin(), bad.end());
     const CommandResult r = RunCommand(argv);
     EXPECT_EQ(r.exit_code, 1) << bad[0];

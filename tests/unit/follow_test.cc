@@ -4,6 +4,7 @@
 // no transition of its own. A follower may also join midway from the state
 // the Changes so far add up to (StateMirror).
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,60 @@ TEST_F(FollowTest, FollowerJoiningMidwayStartsFromTheMirroredState) {
   EXPECT_THAT(Plan(*follower_, "x"), ElementsAre("b"));  // a is down, c failed over by hand
   Fail(lead_, "x", "b");
   ExpectSame();
+}
+
+// What a deposed cluster leader does (DESIGN 3.12): it made Changes the log
+// never took, and goes back to the state the log adds up to.
+std::string DescribeState(const RestoredState& s) {
+  // (next_sequence only grows in a store: a gap is fine, a number reused is not.)
+  std::string out = "generation=" + std::to_string(s.generation) + "\n";
+  for (const TargetConfig& t : s.targets) out += "target " + t.name + (t.enabled ? "" : " disabled") + "\n";
+  for (const ChainConfig& c : s.chains) out += "chain " + c.name + "\n";
+  for (const auto& [chain, target] : s.pins) out += "pin " + chain + "=" + target + "\n";
+  for (const auto& [target, m] : s.manual) out += "manual " + target + " " + m.reason + "\n";
+  for (const TargetStateRecord& r : s.health) {
+    if (r.automatic == HealthState::kUnknown && r.trips == 0) continue;  // the same as no record
+    out += "health " + r.name + "=" + std::to_string(static_cast<int>(r.automatic)) + "\n";
+  }
+  for (const ChainStateRecord& r : s.chain_states) out += "chain_state " + r.name + "=" + r.active + "\n";
+  return out;
+}
+
+TEST_F(FollowTest, ADeposedLeaderGoesBackToTheReplicatedState) {
+  Apply({Target("a"), Target("b"), Target("c")}, {Chain("x", {"a", "b", "c"}), Chain("y", {"c", "b"})});
+  Fail(lead_, "x", "a");
+  pending_.clear();
+  // The deposed one starts where the log stood, then makes changes of every
+  // kind that no one will ever see.
+  auto deposed = NewFollower(mirror_.State());
+  StateMirror deposed_state(mirror_.State());
+  deposed->SetChangeSink([&](Change&& c) { deposed_state.Apply(c); });
+  deposed->SetAcceptingChanges(true);
+  ASSERT_TRUE(deposed->Pin("y", "b", now_).ok());
+  ASSERT_TRUE(deposed->TriggerManualFailover("c", "drain", now_).ok());
+  Fail(*deposed, "x", "b");
+  ASSERT_TRUE(deposed->Apply(ConfigChange{{Target("a"), Target("b"), Target("c"), Target("d")},
+                                          {Chain("x", {"a", "b", "d"})}},
+                             ApplyOptions{}, now_)
+                  .ok());
+  ASSERT_NE(Describe(*deposed), Describe(lead_));
+  // Meanwhile the new leader's changes are what the log holds.
+  ASSERT_TRUE(lead_.Pin("x", "c", now_).ok());
+  Fail(lead_, "y", "c");
+  pending_.clear();
+
+  deposed->SetAcceptingChanges(false, "not the leader");
+  ASSERT_TRUE(deposed->ResetTo(mirror_.State(), now_).ok());
+  EXPECT_EQ(Describe(*deposed), Describe(lead_));
+  EXPECT_EQ(deposed->next_sequence(), lead_.next_sequence());
+  EXPECT_EQ(Verdicts(*deposed), Verdicts(lead_));
+
+  // The same Change brings its store (a mirror here) back too.
+  std::set<std::string> targets, chains;
+  for (const TargetConfig& t : deposed_state.State().targets) targets.insert(t.name);
+  for (const ChainConfig& c : deposed_state.State().chains) chains.insert(c.name);
+  deposed_state.Apply(ReplaceWith(mirror_.State(), targets, chains));
+  EXPECT_EQ(DescribeState(deposed_state.State()), DescribeState(mirror_.State()));
 }
 
 TEST_F(FollowTest, ChangeWithAnUnknownEnumValueIsRefusedNamingTheField) {

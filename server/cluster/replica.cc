@@ -562,6 +562,7 @@ void Replica::RunSession() {
     absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_.load());
     if (ttl.ok() && *ttl > 0) {
       renewed = absl::Now();
+      NoteEtcd(absl::OkStatus());
     } else if (ttl.ok()) {
       lease_ = 0;
       StepDown("its etcd lease expired");
@@ -638,6 +639,18 @@ std::shared_ptr<grpc::Channel> Replica::LeaderChannel(std::string* address) cons
 
 grpc::Status Replica::Forward(const std::string& method, const grpc::ServerContextBase& call,
                               const grpc::ByteBuffer& request, grpc::ByteBuffer* response) {
+  {
+    // Cut off from etcd (nothing answered for a lease), this replica could
+    // not show the change it asked for: it refuses, as the leader would. One
+    // failed call that the next endpoint answered is not that.
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto silent = std::chrono::steady_clock::now() - etcd_answered_;
+    if (!etcd_error_.empty() && silent > absl::ToChronoNanoseconds(options_.lease)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("this replica cannot reach etcd, so it makes no changes until it can: ",
+                                       etcd_error_));
+    }
+  }
   std::string address;
   std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
   if (!channel) {
@@ -793,6 +806,7 @@ void Replica::RunRelay() {
 void Replica::NoteEtcd(const absl::Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   etcd_error_ = status.ok() ? "" : std::string(status.message());
+  if (status.ok()) etcd_answered_ = std::chrono::steady_clock::now();
 }
 
 void Replica::Describe(failover::v1::ClusterStatus* out) const {

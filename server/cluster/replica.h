@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -155,6 +156,7 @@ class Replica final : public api::LeaderLink {
   std::condition_variable relay_ready_;  // outcomes queued for the leader
   std::string leader_address_;
   std::string etcd_error_;
+  std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
   std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;
   // An outcome on its way to the leader; `acked` (when set) hears of its arrival.

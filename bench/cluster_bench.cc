@@ -261,7 +261,8 @@ void Throughput(const std::string& follower, pid_t follower_pid, pid_t leader_pi
               fr / sr, o.failure_share);
   std::printf("cpu per pair: follower %.1f us + leader %.1f us, single node %.1f us\n",
               1e6 * follower_cpu / static_cast<double>(follower_pairs),
-              1e6 * leader_cpu / static_cast<double>(follower_pairs), 1e6 * single_cpu / static_cast<double>(single_pairs));
+              1e6 * leader_cpu / static_cast<double>(follower_pairs),
+              1e6 * single_cpu / static_cast<double>(single_pairs));
 }
 
 // --- leader loss ---------------------------------------------------------

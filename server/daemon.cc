@@ -74,7 +74,8 @@ static bool IsHostPort(absl::string_view address) {
          address.find_first_of(" /\t") == absl::string_view::npos;
 }
 
-static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags& flags, Engine* engine, const Clock* clock) {
+static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags& flags, Engine* engine,
+                                                                     const Clock* clock) {
   cluster::ReplicaOptions options;
   options.etcd.endpoints = absl::StrSplit(flags.etcd_endpoints, ',', absl::SkipWhitespace());
   for (const std::string& endpoint : options.etcd.endpoints) {

@@ -75,8 +75,8 @@ class ClusterTest : public ::testing::Test {
     for (size_t i = 0; i < procs_.size(); ++i) {
       if (!procs_[i]) continue;
       const std::string err = procs_[i]->Stderr();
-      std::fprintf(stderr, "--- replica %zu (%s) stderr, last 3000 bytes:\n%s\n", i, Address(static_cast<int>(i)).c_str(),
-                   err.substr(err.size() > 3000 ? err.size() - 3000 : 0).c_str());
+      std::fprintf(stderr, "--- replica %zu (%s) stderr, last 3000 bytes:\n%s\n", i,
+                   Address(static_cast<int>(i)).c_str(), err.substr(err.size() > 3000 ? err.size() - 3000 : 0).c_str());
     }
   }
 

@@ -33,6 +33,16 @@ std::string ReadFileOrEmpty(const std::string& path) {
   return text.str();
 }
 
+// The transaction succeeds only while `key` is the one created at `revision`:
+// a leader's writes are fenced on the leader key it created (its term).
+void RequireKeyCreatedAt(etcdpb::TxnRequest* txn, const std::string& key, int64_t revision) {
+  etcdpb::Compare* compare = txn->add_compare();
+  compare->set_key(key);
+  compare->set_target(etcdpb::Compare::CREATE);
+  compare->set_result(etcdpb::Compare::EQUAL);
+  compare->set_create_revision(revision);
+}
+
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
@@ -76,11 +86,7 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
     size_t next = 0;
     while (next < fresh.size()) {
       etcdpb::TxnRequest txn;
-      etcdpb::Compare* still_leader = txn.add_compare();
-      still_leader->set_key(keys_.Leader());
-      still_leader->set_target(etcdpb::Compare::CREATE);
-      still_leader->set_result(etcdpb::Compare::EQUAL);
-      still_leader->set_create_revision(term);
+      RequireKeyCreatedAt(&txn, keys_.Leader(), term);
       size_t bytes = 0;
       const size_t first = next;
       while (next < fresh.size()) {
@@ -465,11 +471,7 @@ void Replica::Compact() {
   // Fenced like every leader write: the pointer moves, and what it makes
   // unneeded goes, only while this replica still leads.
   etcdpb::TxnRequest txn;
-  etcdpb::Compare* still_leader = txn.add_compare();
-  still_leader->set_key(keys_.Leader());
-  still_leader->set_target(etcdpb::Compare::CREATE);
-  still_leader->set_result(etcdpb::Compare::EQUAL);
-  still_leader->set_create_revision(term);
+  RequireKeyCreatedAt(&txn, keys_.Leader(), term);
   SnapshotPointer pointer;
   pointer.set_log_index(at);
   pointer.set_parts(static_cast<uint32_t>(parts.size()));
@@ -526,11 +528,7 @@ void Replica::RunSession() {
     if (!IsLeader() && !reset_wanted_.load()) {
       // Stand: create the leader key, on this replica's lease, if nobody holds it.
       etcdpb::TxnRequest txn;
-      etcdpb::Compare* vacant = txn.add_compare();
-      vacant->set_key(keys_.Leader());
-      vacant->set_target(etcdpb::Compare::CREATE);
-      vacant->set_result(etcdpb::Compare::EQUAL);
-      vacant->set_create_revision(0);
+      RequireKeyCreatedAt(&txn, keys_.Leader(), 0);  // 0: no such key
       etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
       put->set_key(keys_.Leader());
       put->set_value(advertise_);

@@ -13,6 +13,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "common/state_mirror.h"
+#include "common/utf8.h"
 #include "proto/state_convert.h"
 #include "server/log/log.h"
 
@@ -817,8 +818,10 @@ void Replica::Describe(failover::v1::ClusterStatus* out) const {
   out->set_lag(seen > applied ? seen - applied : 0);
   out->set_leader_changes(leader_changes_.load());
   std::lock_guard<std::mutex> lock(mu_);
-  out->set_leader(leader_address_);
-  out->set_etcd_error(etcd_error_);
+  // Both come from etcd (the leader key's value, its error messages): sent
+  // only as valid, bounded UTF-8.
+  out->set_leader(SanitizeUtf8(leader_address_, 256));
+  out->set_etcd_error(SanitizeUtf8(etcd_error_, 1024));
 }
 
 void Replica::UpdateMetrics() {

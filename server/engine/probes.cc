@@ -64,39 +64,33 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
         result.outcome == ProbeOutcome::kFail && kDefaultRules->Classify(result.facts).reason == Reason::kRateLimit
             ? ProbeOutcome::kThrottled
             : result.outcome;
-    bool would_change = false;
-    switch (outcome) {
-      case ProbeOutcome::kPass: would_change = rt.health.PassWouldChange(*t->health, rt.lease_recovery); break;
-      case ProbeOutcome::kNotLoaded: would_change = warm_local && rt.health.PassWouldChange(*t->health, false); break;
-      case ProbeOutcome::kThrottled: break;
-      case ProbeOutcome::kFail: would_change = rt.health.FailureWouldChange(*t->health, now); break;
-    }
-    // A transition is made under the single writer: leave the result for that pass.
-    if (would_change && events == nullptr && accepting_changes()) return false;
-    const bool may_transition = events != nullptr || !would_change;
+    // The result's effect on health, dry or applied: one function decides both.
+    auto apply = [&](HealthMode mode, const std::string& summary) {
+      switch (outcome) {
+        case ProbeOutcome::kPass: return rt.health.OnPass(*t->health, now, /*strong=*/rt.lease_recovery, &tr, mode);
+        // A warm local backend answered but the model is not loaded: alive.
+        case ProbeOutcome::kNotLoaded:
+          return warm_local && rt.health.OnPass(*t->health, now, /*strong=*/false, &tr, mode);
+        case ProbeOutcome::kThrottled: return false;  // neither a pass nor a failure
+        case ProbeOutcome::kFail: return rt.health.OnFailedCheck(*t->health, now, summary, t->seed, &tr, mode);
+      }
+      return false;
+    };
+    const std::string summary = outcome == ProbeOutcome::kFail ? FailoverRules::Summarize(result.facts) : "";
+    // A transition is made under the single writer: leave the result for that
+    // pass. While changes are refused the check is recorded without one.
+    const bool transitions = apply(HealthMode::kDryRun, summary);
+    if (transitions && events == nullptr && accepting_changes()) return false;
     rt.lease_id.clear();
     ++response->accepted;
     rt.last_probe = now;
     observed->insert(t->config.name);
-    const HealthState before = rt.Effective();
-    switch (outcome) {
-      case ProbeOutcome::kPass:
-        if (may_transition) changed = rt.health.OnPass(*t->health, now, /*strong=*/rt.lease_recovery, &tr);
-        break;
-      case ProbeOutcome::kNotLoaded:
-        // A warm local backend answered but the model is not loaded: alive.
-        if (warm_local && may_transition) changed = rt.health.OnPass(*t->health, now, /*strong=*/false, &tr);
-        break;
-      case ProbeOutcome::kThrottled:
-        break;  // neither a pass nor a failure
-      case ProbeOutcome::kFail: {
-        const std::string summary = FailoverRules::Summarize(result.facts);
-        rt.last_error = absl::StrCat("probe: ", summary);
-        rt.last_error_time = now;
-        if (may_transition) changed = rt.health.OnFailedCheck(*t->health, now, summary, t->seed, &tr);
-        break;
-      }
+    if (outcome == ProbeOutcome::kFail) {
+      rt.last_error = absl::StrCat("probe: ", summary);
+      rt.last_error_time = now;
     }
+    const HealthState before = rt.Effective();
+    if (!transitions || events != nullptr) changed = apply(HealthMode::kApply, summary);
     if (changed) PublishLocked(*t, before, Source::kProbe, tr.reason, now, events);
   }
   if (changed) {

@@ -98,59 +98,61 @@ void TargetHealth::Set(HealthState to, absl::Time now, std::string reason, Healt
 }
 
 bool TargetHealth::OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary,
-                             uint64_t seed, HealthTransition* out) {
-  return Fail(s, now, summary, seed, /*check=*/false, out);
+                             uint64_t seed, HealthTransition* out, HealthMode mode) {
+  return Fail(s, now, summary, seed, /*check=*/false, out, mode);
 }
 
 bool TargetHealth::OnFailedCheck(const HealthSettings& s, absl::Time now, const std::string& summary,
-                                 uint64_t seed, HealthTransition* out) {
-  return Fail(s, now, summary, seed, /*check=*/true, out);
+                                 uint64_t seed, HealthTransition* out, HealthMode mode) {
+  return Fail(s, now, summary, seed, /*check=*/true, out, mode);
 }
 
+// Every operation decides first, from the state as it is, and only then
+// mutates: a dry run stops between the two.
 bool TargetHealth::Fail(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
-                        bool check, HealthTransition* out) {
-  if (state_ == HealthState::kDown && !check) {
-    // Recorded by the caller (last error, metrics); still a failure for
-    // reset_after, but no trip and no later health check.
+                        bool check, HealthTransition* out, HealthMode mode) {
+  const bool dry = mode == HealthMode::kDryRun;
+  if (state_ == HealthState::kDown) {
+    if (dry) return false;
+    // A caller's failure is recorded (last error, metrics; still a failure
+    // for reset_after) but is no trip and pushes no check out. A failed check
+    // means still down after its cooldown: the next one is a step longer.
     last_failure_ = now;
-    return false;
-  }
-  switch (state_) {
-    case HealthState::kDown:
-      // Still down after its cooldown: the next one is a step longer.
-      last_failure_ = now;
+    if (check) {
       ++trips_;
       probe_due_ = now + Cooldown(s, trips_, seed ^ trips_);
-      return false;
-    case HealthState::kRecovering:
-      return GoDown(s, now, absl::StrCat("failed while recovering: ", summary), seed, out);
-    default:
-      break;
+    }
+    return false;
   }
+  if (state_ == HealthState::kRecovering) {
+    return dry || GoDown(s, now, absl::StrCat("failed while recovering: ", summary), seed, out);
+  }
+  // HEALTHY or UNKNOWN: this failure trips on the count or on the rate.
+  const uint32_t errors = s.trip_errors > 0 ? s.trip_errors : (check ? 1 : 0);
+  // A failure is inside the window while now - t < window.
+  const bool count_trips = errors > 0 && failures_.CountAfter(now - s.trip_window) + 1 >= errors;
+  const std::string rate = check || count_trips ? "" : RateTripReason(s, now, {1, 1, 0});
+  if (dry) return count_trips || !rate.empty();
+
   if (now - last_failure_ >= s.backoff_reset_after) trips_ = 0;  // as in GoDown
   last_failure_ = now;
   recovery_passes_ = 0;
+  if (count_trips) {
+    return GoDown(s, now,
+                  errors == 1 ? summary
+                              : absl::StrCat(errors, " failures within ", absl::FormatDuration(s.trip_window),
+                                             ", last: ", summary),
+                  seed, out);
+  }
+  if (!rate.empty()) return GoDown(s, now, absl::StrCat(rate, ", last: ", summary), seed, out);
   if (!check && Tallies(s)) {
     if (!outcomes_) outcomes_ = std::make_unique<OutcomeWindow>();
     outcomes_->Add(s.trip_window, now, /*failed=*/true, /*slow=*/false);
   }
-  // With only rate trips configured a failed health check still trips: an
-  // idle target has no traffic to take a rate of.
-  const uint32_t errors = s.trip_errors > 0 ? s.trip_errors : (check ? 1 : 0);
   if (errors > 0) {
-    // A failure is inside the window while now - t < window.
     failures_.DropUpTo(now - s.trip_window);
     failures_.Add(now);
-    if (failures_.size() >= errors) {
-      return GoDown(s, now,
-                    errors == 1 ? summary
-                                : absl::StrCat(errors, " failures within ", absl::FormatDuration(s.trip_window),
-                                               ", last: ", summary),
-                    seed, out);
-    }
   }
-  const std::string rate = check ? "" : RateTripReason(s, now, {});
-  if (!rate.empty()) return GoDown(s, now, absl::StrCat(rate, ", last: ", summary), seed, out);
   return false;
 }
 
@@ -197,22 +199,21 @@ void TargetHealth::Tally(const HealthSettings& s, absl::Time now, bool failed, C
 }
 
 bool TargetHealth::OnCallSuccess(const HealthSettings& s, absl::Time now, CallOutcome call, uint64_t seed,
-                                 HealthTransition* out) {
-  if (Tallies(s)) {
-    Tally(s, now, /*failed=*/false, call);
-    // Only a slow success can trip: a fast one lowers every share (the
-    // failure rate is judged at the next failure), and skipping the sum
-    // keeps the common report cheap.
-    if (IsSlow(s, call)) {
-      const std::string rate = RateTripReason(s, now, {});
-      if (!rate.empty()) return GoDown(s, now, rate, seed, out);
-    }
-  }
-  return OnPass(s, now, /*strong=*/true, out);
+                                 HealthTransition* out, HealthMode mode) {
+  // Only a slow success can trip: a fast one lowers every share (the failure
+  // rate is judged at the next failure), and skipping the sum keeps the
+  // common report cheap.
+  const bool tallies = Tallies(s);
+  const std::string rate = tallies && IsSlow(s, call) ? RateTripReason(s, now, {1, 0, 1}) : "";
+  if (mode == HealthMode::kDryRun) return !rate.empty() || OnPass(s, now, /*strong=*/true, out, mode);
+  if (!rate.empty()) return GoDown(s, now, rate, seed, out);
+  if (tallies) Tally(s, now, /*failed=*/false, call);
+  return OnPass(s, now, /*strong=*/true, out, mode);
 }
 
 bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary,
-                                  HealthTransition* out) {
+                                  HealthTransition* out, HealthMode mode) {
+  if (mode == HealthMode::kDryRun) return state_ != HealthState::kDown;
   probe_due_ = std::max(probe_due_, until);
   limited_until_ = std::max(limited_until_, until);
   if (state_ == HealthState::kDown) return false;
@@ -224,62 +225,41 @@ bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::s
   return true;
 }
 
-bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out) {
-  failures_.Clear();
+bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out,
+                          HealthMode mode) {
+  HealthState to = state_;
+  const char* reason = "";
+  uint32_t passes = recovery_passes_;
   switch (state_) {
     case HealthState::kUnknown:
-      Set(HealthState::kHealthy, now, "passed", out);
-      return true;
-    case HealthState::kHealthy:
-      return false;
+      to = HealthState::kHealthy;
+      reason = "passed";
+      break;
     case HealthState::kDown:
       if (!s.has_health_check) {
         // Nothing probes it; a real success is proof enough.
-        Set(HealthState::kHealthy, now, "request succeeded", out);
-        return true;
+        to = HealthState::kHealthy;
+        reason = "request succeeded";
+        break;
       }
-      recovery_passes_ = strong ? 1 : 0;
-      if (recovery_passes_ >= s.recovery_probes) {
-        Set(HealthState::kHealthy, now, "recovered", out);
-        return true;
-      }
-      Set(HealthState::kRecovering, now, strong ? "request succeeded" : "liveness check passed", out);
-      return true;
+      passes = strong ? 1 : 0;
+      to = passes >= s.recovery_probes ? HealthState::kHealthy : HealthState::kRecovering;
+      reason = to == HealthState::kHealthy ? "recovered" : strong ? "request succeeded" : "liveness check passed";
+      break;
     case HealthState::kRecovering:
-      if (!strong) return false;
-      ++recovery_passes_;
-      if (recovery_passes_ >= s.recovery_probes) {
-        Set(HealthState::kHealthy, now, absl::StrCat("recovered after ", recovery_passes_, " passes"), out);
-        return true;
-      }
-      return false;
+      if (strong && ++passes >= s.recovery_probes) to = HealthState::kHealthy;
+      break;
     default:
-      return false;
+      break;
   }
-}
-
-bool TargetHealth::FailureWouldChange(const HealthSettings& s, absl::Time now) const {
-  switch (state_) {
-    case HealthState::kDown: return false;
-    case HealthState::kRecovering: return true;
-    default:
-      if (s.trip_errors > 0 && failures_.CountAfter(now - s.trip_window) + 1 >= s.trip_errors) return true;
-      return !RateTripReason(s, now, {1, 1, 0}).empty();
-  }
-}
-
-bool TargetHealth::CallSuccessWouldChange(const HealthSettings& s, absl::Time now, CallOutcome call) const {
-  if (PassWouldChange(s, /*strong=*/true)) return true;
-  return IsSlow(s, call) && !RateTripReason(s, now, {1, 0, 1}).empty();
-}
-
-bool TargetHealth::PassWouldChange(const HealthSettings& s, bool strong) const {
-  switch (state_) {
-    case HealthState::kUnknown:
-    case HealthState::kDown: return true;
-    case HealthState::kRecovering: return strong && recovery_passes_ + 1 >= s.recovery_probes;
-    default: return false;
-  }
+  if (mode == HealthMode::kDryRun) return to != state_;
+  failures_.Clear();
+  recovery_passes_ = passes;
+  if (to == state_) return false;
+  Set(to, now,
+      state_ == HealthState::kRecovering ? absl::StrCat("recovered after ", passes, " passes") : std::string(reason),
+      out);
+  return true;
 }
 
 absl::Time TargetHealth::ComesBackAt(const HealthSettings& s) const {

@@ -120,6 +120,12 @@ class OutcomeWindow {
   std::array<Slice, kSlices> slices_{};
 };
 
+// How a TargetHealth operation runs. kDryRun changes nothing and returns
+// whether kApply would change the state: the engine's lock-free pre-check and
+// the mutation it stands for are the same code, so they cannot disagree
+// (DESIGN 3.14, invariant 5).
+enum class HealthMode : uint8_t { kApply, kDryRun };
+
 // One caller outcome as the rate trips see it.
 struct CallOutcome {
   absl::Duration latency = absl::ZeroDuration();  // zero = not reported
@@ -135,38 +141,38 @@ class TargetHealth {
   absl::Time probe_due() const { return probe_due_; }
   size_t failures_in_window() const { return failures_.size(); }
 
-  // A counted failure reported by a caller. Returns true and fills `out` when
-  // the state changed. On a target that is already DOWN it changes nothing:
-  // callers that keep trying a DOWN target (DEGRADED) neither add a trip nor
-  // push its health check out (DESIGN 3.6).
+  // Each operation below returns true and fills `out` when the state changed
+  // (with kDryRun: would change; nothing is touched).
+  //
+  // A counted failure reported by a caller. On a target that is already DOWN
+  // it changes nothing: callers that keep trying a DOWN target (DEGRADED)
+  // neither add a trip nor push its health check out (DESIGN 3.6).
   bool OnFailure(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
-                 HealthTransition* out);
+                 HealthTransition* out, HealthMode mode = HealthMode::kApply);
   // A caller's success (real traffic): a strong pass that also counts toward
   // the rate trips, so a slow one can take a HEALTHY target DOWN (a fast one
   // never trips it).
   bool OnCallSuccess(const HealthSettings& s, absl::Time now, CallOutcome call, uint64_t seed,
-                     HealthTransition* out);
+                     HealthTransition* out, HealthMode mode = HealthMode::kApply);
   // Tallies a caller's outcome for the rate trips without changing state
   // (while state changes are refused).
   void Tally(const HealthSettings& s, absl::Time now, bool failed, CallOutcome call);
   // A failed health check. Like OnFailure, except that on a DOWN target it is
   // the next trip: the check was asked for when the cooldown ended, so the
-  // cooldown starts again, one backoff step longer.
+  // cooldown starts again, one backoff step longer. With only rate trips
+  // configured it still trips: an idle target has no traffic to take a rate of.
   bool OnFailedCheck(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed,
-                     HealthTransition* out);
+                     HealthTransition* out, HealthMode mode = HealthMode::kApply);
   // A rate limit that resets at `until`, later than rate_limit.max_hold: the
   // target is DOWN until then (a per-day quota is not worth a retry a minute).
   // Not a trip; on a target already DOWN it only keeps the check from coming
   // before the reset.
-  bool OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary, HealthTransition* out);
+  bool OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary, HealthTransition* out,
+                      HealthMode mode = HealthMode::kApply);
   // A pass. `strong` passes (real successes, recovery probes) count toward
   // recovery; a liveness pass only moves DOWN to RECOVERING.
-  bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out);
-  // Whether OnFailure / OnPass would change the state, without changing
-  // anything: the engine takes its single writer lock only when one would.
-  bool FailureWouldChange(const HealthSettings& s, absl::Time now) const;
-  bool PassWouldChange(const HealthSettings& s, bool strong) const;
-  bool CallSuccessWouldChange(const HealthSettings& s, absl::Time now, CallOutcome call) const;
+  bool OnPass(const HealthSettings& s, absl::Time now, bool strong, HealthTransition* out,
+              HealthMode mode = HealthMode::kApply);
   // When a DOWN target without a health check comes back (InfiniteFuture when
   // it is not such a target).
   absl::Time ComesBackAt(const HealthSettings& s) const;
@@ -184,7 +190,7 @@ class TargetHealth {
  private:
   void Set(HealthState to, absl::Time now, std::string reason, HealthTransition* out);
   bool Fail(const HealthSettings& s, absl::Time now, const std::string& summary, uint64_t seed, bool check,
-            HealthTransition* out);
+            HealthTransition* out, HealthMode mode);
   bool GoDown(const HealthSettings& s, absl::Time now, std::string reason, uint64_t seed, HealthTransition* out);
   // Why the tallied outcomes (plus one more, when given) trip the target, or
   // empty. Only HEALTHY and UNKNOWN targets tally.

@@ -307,5 +307,75 @@ TEST_F(ProbeTest, MaxTasksAndNextCall) {
   EXPECT_EQ(engine_.OutstandingLeases(now_), 0u);
 }
 
+// A chain that trips on the failure rate alone (examples/config/
+// traffic-policies.yaml): one failed health check still takes an UNKNOWN or a
+// HEALTHY target DOWN, under the single writer, with its events. This crashed
+// failoverd when the lock-free pre-check and the mutation disagreed.
+TEST(ProbeRateOnlyTest, AFailedCheckTakesARateOnlyTargetDownWithItsEvents) {
+  EngineOptions o;
+  o.probe_jitter = 0;
+  Engine engine(o);
+  std::vector<Change> changes;
+  engine.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  Policy p;
+  p.trip_errors = 0;
+  p.trip_failure_rate = 50;
+  p.trip_min_calls = 10;
+  ConfigChange c;
+  for (const char* name : {"a", "b"}) {
+    TargetConfig t;
+    t.name = name;
+    c.targets.push_back(t);
+  }
+  ChainConfig chain;
+  chain.name = "ch";
+  chain.targets = {"a", "b"};
+  chain.policy = p;
+  c.chains = {chain};
+  ASSERT_TRUE(engine.Apply(c, ApplyOptions{}, now).ok());
+  // "b" becomes HEALTHY through a caller's success; "a" stays UNKNOWN.
+  ReportRequest ok;
+  ok.chain = "ch";
+  ok.target = "b";
+  ok.facts.success = true;
+  ReportResult ignored;
+  Events events;
+  ASSERT_TRUE(engine.Report(ok, now, &ignored, &events).ok());
+  ASSERT_EQ(engine.GetTarget("b")->status.health, HealthState::kHealthy);
+
+  // A quiet HEALTHY target is checked once its probe interval has passed.
+  now += p.probe_interval;
+  ProbeRequest req;
+  req.prober_id = "p";
+  ProbeResponse first;
+  ASSERT_TRUE(engine.Probe(req, now, &first, &events).ok());
+  ASSERT_EQ(first.tasks.size(), 2u);
+  req.results.clear();
+  for (const ProbeTask& task : first.tasks) {
+    ProbeResult r;
+    r.lease_id = task.lease_id;
+    r.outcome = ProbeOutcome::kFail;
+    r.facts.http_status = 503;
+    req.results.push_back(r);
+  }
+  events.clear();
+  const size_t changes_before = changes.size();
+  ProbeResponse second;
+  ASSERT_TRUE(engine.Probe(req, now + absl::Seconds(1), &second, &events).ok());
+  EXPECT_EQ(second.accepted, 2u);
+  EXPECT_EQ(engine.GetTarget("a")->status.health, HealthState::kDown);
+  EXPECT_EQ(engine.GetTarget("b")->status.health, HealthState::kDown);
+  // Both transitions left as numbered events in a Change, and the chain with them.
+  int target_events = 0;
+  for (const Event& e : events) {
+    EXPECT_GT(e.sequence, 0u);
+    target_events += e.kind == EventKind::kTargetState && e.to_health == HealthState::kDown;
+  }
+  EXPECT_EQ(target_events, 2);
+  ASSERT_GT(changes.size(), changes_before);
+  EXPECT_EQ(engine.GetChain("ch")->status.state, ChainState::kDegraded);
+}
+
 }  // namespace
 }  // namespace failover

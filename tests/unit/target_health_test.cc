@@ -209,11 +209,11 @@ TEST(RateTripTest, NoTripBeforeMinCallsEvenAtAHundredPercent) {
   ASSERT_TRUE(h.OnCallSuccess(s, kT0, kFast, 1, &tr));  // UNKNOWN -> HEALTHY
   EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(1), "503", 1, &tr));
   // A third outcome failing would be 2 of 3 (67%), but min_calls is 4.
-  EXPECT_FALSE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(2)));
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(2), "503", 1, &tr, HealthMode::kDryRun));
   EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Milliseconds(2), "503", 1, &tr));
   EXPECT_EQ(h.state(), HealthState::kHealthy);
   // The fourth outcome, a failure: 3 of 4 = 75% >= 50%.
-  EXPECT_TRUE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(3)));
+  EXPECT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(3), "503", 1, &tr, HealthMode::kDryRun));
   ASSERT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(3), "503", 1, &tr));
   EXPECT_EQ(h.state(), HealthState::kDown);
   EXPECT_NE(tr.reason.find("failure rate 75% (3 of 4 calls within 10s) reached trip.failure_rate 50%"),
@@ -257,9 +257,9 @@ TEST(RateTripTest, OutcomesLeaveTheWindowWithTheirSlice) {
   h.OnCallSuccess(s, kT0, kFast, 1, &tr);
   for (int i = 0; i < 3; ++i) h.OnFailure(s, kT0 + absl::Milliseconds(500), "503", 1, &tr);
   // Before they leave, one more failure trips (4 of 5 would).
-  EXPECT_TRUE(h.FailureWouldChange(s, kT0 + absl::Milliseconds(9999)));
+  EXPECT_TRUE(h.OnFailure(s, kT0 + absl::Milliseconds(9999), "503", 1, &tr, HealthMode::kDryRun));
   // One window after their slice began they are gone: a lone failure is 1 call.
-  EXPECT_FALSE(h.FailureWouldChange(s, kT0 + absl::Seconds(10)));
+  EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Seconds(10), "503", 1, &tr, HealthMode::kDryRun));
   EXPECT_FALSE(h.OnFailure(s, kT0 + absl::Seconds(10), "503", 1, &tr));
   EXPECT_EQ(h.state(), HealthState::kHealthy);
 }
@@ -293,8 +293,8 @@ TEST(RateTripTest, SlowSuccessesTripAtTheSlowRateAndALatencyEqualToTheThresholdI
   EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(5), slow, 1, &tr));  // 1 of 5
   EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(6), slow, 1, &tr));  // 2 of 6
   EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(7), slow, 1, &tr));  // 3 of 7
-  EXPECT_TRUE(h.CallSuccessWouldChange(s, kT0 + absl::Milliseconds(8), slow));
-  EXPECT_FALSE(h.CallSuccessWouldChange(s, kT0 + absl::Milliseconds(8), at_threshold));
+  EXPECT_TRUE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(8), slow, 1, &tr, HealthMode::kDryRun));
+  EXPECT_FALSE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(8), at_threshold, 1, &tr, HealthMode::kDryRun));
   ASSERT_TRUE(h.OnCallSuccess(s, kT0 + absl::Milliseconds(8), slow, 1, &tr));  // 4 of 8 = 50%
   EXPECT_EQ(h.state(), HealthState::kDown);
   EXPECT_NE(tr.reason.find("slow calls 50% (4 of 8 calls slower than 2s within 10s) reached trip.slow_call.rate 50%"),

@@ -165,7 +165,7 @@ absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp)
   options.actor = CallerScope::Current();
   Committer::Scope changes(ctx_.committer);
   ASSIGN_OR_RETURN(ApplyResult result, ctx_.engine->Apply(change, options, ctx_.clock->Now()));
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(req.dry_run() ? changes.Await() : changes.AwaitWithEarlier());
   resp->set_generation(result.generation);
   resp->set_dry_run(req.dry_run());
   for (const ConfigDiff& d : result.changes) DiffToProto(d, resp->add_changes());
@@ -199,7 +199,7 @@ absl::Status AdminService::DoDeleteTarget(const DeleteTargetRequest& req, Delete
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->DeleteTarget(req.name(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -230,7 +230,7 @@ absl::Status AdminService::DoDeleteChain(const DeleteChainRequest& req, DeleteRe
   RETURN_IF_ERROR(ValidateName(req.name(), "name"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->DeleteChain(req.name(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   resp->set_generation(ctx_.engine->generation());
   return absl::OkStatus();
 }
@@ -240,7 +240,7 @@ absl::Status AdminService::DoPinChain(const PinChainRequest& req, failover::v1::
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->Pin(req.chain(), req.target(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   return ChainViewOf(req.chain(), resp);
 }
 
@@ -248,7 +248,7 @@ absl::Status AdminService::DoUnpinChain(const UnpinChainRequest& req, failover::
   RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->Unpin(req.chain(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   return ChainViewOf(req.chain(), resp);
 }
 
@@ -258,7 +258,7 @@ absl::Status AdminService::DoTriggerFailover(const TriggerFailoverRequest& req, 
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->TriggerManualFailover(req.target(), req.reason(), ctx_.clock->Now(),
                                                      CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   return TargetViewOf(req.target(), resp);
 }
 
@@ -266,7 +266,7 @@ absl::Status AdminService::DoCancelFailover(const CancelFailoverRequest& req, fa
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->CancelManualFailover(req.target(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   return TargetViewOf(req.target(), resp);
 }
 
@@ -274,7 +274,7 @@ absl::Status AdminService::DoSetTargetEnabled(const SetTargetEnabledRequest& req
   RETURN_IF_ERROR(ValidateName(req.target(), "target"));
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->SetTargetEnabled(req.target(), req.enabled(), ctx_.clock->Now(), CallerScope::Current()).status());
-  RETURN_IF_ERROR(changes.Await());
+  RETURN_IF_ERROR(changes.AwaitWithEarlier());
   return TargetViewOf(req.target(), resp);
 }
 

@@ -24,6 +24,17 @@ Committer::Scope::Scope(Committer* committer) : committer_(committer), outer_(cu
 
 Committer::Scope::~Scope() { current_scope = outer_; }
 
+absl::Status Committer::Scope::AwaitWithEarlier() {
+  if (committer_ == nullptr) return absl::OkStatus();
+  const uint64_t ticket = last_ != 0 ? last_ : committer_->LastTicket();
+  return ticket == 0 ? absl::OkStatus() : committer_->Await(ticket);
+}
+
+uint64_t Committer::LastTicket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_ticket_ - 1;
+}
+
 Committer::Committer(WriteFn write, PublishFn publish, HealthFn on_health, absl::Duration retry_interval)
     : write_(std::move(write)),
       publish_(std::move(publish)),

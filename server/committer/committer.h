@@ -64,6 +64,8 @@ class Committer {
   // Waits (up to `timeout`) until nothing is queued: every Change submitted
   // so far is published or dropped. False on timeout (a write keeps failing).
   bool AwaitIdle(absl::Duration timeout);
+  // The ticket of the newest Change submitted so far (0: none).
+  uint64_t LastTicket();
   // At most `n` Changes per write (0: no limit); etcd caps a transaction's size.
   void set_max_batch(size_t n) { max_batch_.store(n, std::memory_order_relaxed); }
   // Writes and publishes what is queued (one last try), then ends the thread.
@@ -80,6 +82,11 @@ class Committer {
     Scope& operator=(const Scope&) = delete;
     bool changed() const { return last_ != 0; }
     [[nodiscard]] absl::Status Await() { return last_ == 0 ? absl::OkStatus() : committer_->Await(last_); }
+    // For a call whose change may already be applied (an admin call repeated):
+    // when it submitted nothing, waits for every Change submitted before, one
+    // of which may be the change it found, so its OK never comes from memory
+    // alone (DESIGN 3.14, invariant 2).
+    [[nodiscard]] absl::Status AwaitWithEarlier();
 
    private:
     friend class Committer;

@@ -28,8 +28,9 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
   Events events;
   {
     std::lock_guard<std::mutex> lock(chain->rt->mu);
-    if (chain->rt->pinned == target) return events;  // already applied: no second event
+    // Refused first: while writes fail, "already applied" may be only in memory.
     RETURN_IF_ERROR(RefuseUnlessAccepting());
+    if (chain->rt->pinned == target) return events;  // already applied: no second event
     chain->rt->pinned = std::string(target);
     EvalContext ctx;
     ctx.reason = SwitchReason::kPin;
@@ -50,8 +51,8 @@ absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time no
   Events events;
   {
     std::lock_guard<std::mutex> lock(chain->rt->mu);
-    if (chain->rt->pinned.empty()) return events;
     RETURN_IF_ERROR(RefuseUnlessAccepting());
+    if (chain->rt->pinned.empty()) return events;
     chain->rt->pinned.clear();
     EvalContext ctx;
     ctx.reason = SwitchReason::kUnpin;
@@ -87,8 +88,8 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   const std::string why = reason.empty() ? "manual failover" : std::string(reason);
   {
     std::lock_guard<std::mutex> lock(t->rt->mu);
-    if (t->rt->manual) return events;  // already applied: no second event
     RETURN_IF_ERROR(RefuseUnlessAccepting());
+    if (t->rt->manual) return events;  // already applied: no second event
     const HealthState before = t->rt->Effective();
     t->rt->manual = true;
     t->rt->manual_reason = why;
@@ -115,8 +116,8 @@ absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl
   Events events;
   {
     std::lock_guard<std::mutex> lock(t->rt->mu);
-    if (!t->rt->manual) return events;
     RETURN_IF_ERROR(RefuseUnlessAccepting());
+    if (!t->rt->manual) return events;
     const HealthState before = t->rt->Effective();
     t->rt->manual = false;
     t->rt->manual_reason.clear();

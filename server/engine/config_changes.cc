@@ -203,9 +203,11 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   const bool any_change = std::any_of(result.changes.begin(), result.changes.end(),
                                       [](const ConfigDiff& d) { return d.change != ConfigChangeKind::kUnchanged; });
   result.generation = cur->generation;
-  if (options.dry_run || !any_change) return result;
-
+  if (options.dry_run) return result;
+  // Refused even without a diff: while writes fail, the config that matches
+  // may be only in memory.
   RETURN_IF_ERROR(RefuseUnlessAccepting());
+  if (!any_change) return result;
   Change& m = w.change();
   m.config_generation = cur->generation + 1;
   for (const ConfigDiff& d : result.changes) {
@@ -293,9 +295,9 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
-  if (t->config.enabled == enabled) return Events{};
   if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
   RETURN_IF_ERROR(RefuseUnlessAccepting());
+  if (t->config.enabled == enabled) return Events{};
   w.change().put_targets.push_back(t->config);
   w.change().put_targets.back().enabled = enabled;
   return ChangeOneObjectLocked(w, *cur, ConfigObject::kTarget, name, ConfigChangeKind::kUpdated, now);

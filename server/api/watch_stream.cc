@@ -93,6 +93,7 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   last_seen_ = std::max(last_seen_, last);
+  opened_ = true;
   if (!replayed) {
     RequestSnapshotLocked(request.has_after_sequence());
     return;
@@ -195,7 +196,9 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
 }
 
 void WatchStream::PumpLocked() {
-  if (writing_ || finished_ || awaiting_snapshot_) return;
+  // Nothing goes out before the opening (the replay or the snapshot request)
+  // is in place: a live event delivered meanwhile waits behind it.
+  if (writing_ || finished_ || awaiting_snapshot_ || !opened_) return;
   if (queue_.empty()) {
     // After what was queued before it (snapshot parts, replays) is sent.
     if (resync_) {

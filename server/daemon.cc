@@ -130,6 +130,7 @@ absl::Status Daemon::Start() {
   store_options.events_keep = flags_.events_keep;
   store_options.min_free_bytes = flags_.min_free_mb << 20;
   store_options.reserve_sequences = !cluster_mode;
+  store_options.log = [](absl::string_view line) { log::Warn(absl::StrCat("rocksdb: ", line)); };
   auto store = storage::Store::Open(flags_.data_dir, store_options);
   if (!store.ok()) return Refuse("cannot open the data dir", store.status());
   store_ = std::move(store).value();

@@ -14,6 +14,7 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/table.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 #include "common/status_macros.h"
@@ -44,6 +45,31 @@ std::string NewInstanceId() {
   return absl::StrFormat("%08x%08x", rd(), rd());
 }
 
+// RocksDB's log, routed (StoreOptions::log): warnings and errors only, one
+// line each; nothing is written to the data dir, so no write of it can fail.
+class RoutedLogger final : public rocksdb::Logger {
+ public:
+  explicit RoutedLogger(std::function<void(absl::string_view)> sink)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), sink_(std::move(sink)) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel() || level == rocksdb::InfoLogLevel::HEADER_LEVEL) return;
+    char line[1024];
+    const int n = vsnprintf(line, sizeof(line), format, ap);
+    if (n < 0) return;
+    const absl::string_view text(line, std::min<size_t>(static_cast<size_t>(n), sizeof(line) - 1));
+    if (sink_) {
+      sink_(text);
+    } else {
+      fprintf(stderr, "rocksdb: %.*s\n", static_cast<int>(text.size()), text.data());
+    }
+  }
+
+ private:
+  std::function<void(absl::string_view)> sink_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, StoreOptions store_options) {
@@ -65,6 +91,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
   options.create_if_missing = !exists;
   options.create_missing_column_families = !exists;
   options.paranoid_checks = true;
+  options.info_log = std::make_shared<RoutedLogger>(store_options.log);
   // A damaged record in the middle of the WAL stops the start instead of
   // silently dropping everything after it; a torn last record (a write cut by
   // a power loss, never acknowledged) is dropped.

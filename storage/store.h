@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 #include <shared_mutex>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,11 @@ struct StoreOptions {
   // unsynced writes (a gap instead). Off in cluster mode, where the Change log
   // in etcd numbers events and a replica replays what it lost.
   bool reserve_sequences = true;
+  // Where RocksDB's own log lines (warnings and errors) go: failoverd's log.
+  // RocksDB keeps no LOG file of its own in the data dir; a file that failed
+  // once to take a line (a full disk) would abort the process at its next one.
+  // Null: standard error.
+  std::function<void(absl::string_view line)> log;
 };
 
 // Thread-safe. Every call after Close() gets FAILED_PRECONDITION instead of

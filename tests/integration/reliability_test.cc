@@ -139,6 +139,28 @@ TEST(DiskFullTest, ChangesAreRefusedDecisionsGoOnAndEverythingIsSavedOnceSpaceIs
   }
 }
 
+// RocksDB's own log would be a file in the data dir that, once a write to it
+// failed on the full disk, aborts the process at its next line (a flush, or
+// Close at SIGTERM). Its lines go to failoverd's log instead.
+TEST(DiskFullTest, AStopWhileTheDiskIsFullExitsCleanly) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  SmallDisk disk(24);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const std::string data = disk.path() + "/data";
+  FailoverdProcess proc({data, {"--min-free-mb", "1"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  v1::ApplyRequest req = TwoTargetConfig();
+  ASSERT_TRUE(ApplyConfig(admin.get(), req).ok());
+  EXPECT_FALSE(std::filesystem::exists(data + "/LOG")) << "RocksDB keeps its own log file in the data dir";
+  disk.FillLeaving(0);
+  req.add_targets()->set_name("c");
+  EXPECT_FALSE(ApplyConfig(admin.get(), req).ok());
+  EXPECT_EQ(proc.Stop(SIGTERM), 0) << proc.Stderr();
+  EXPECT_THAT(proc.Stderr(), ::testing::Not(HasSubstr("Assertion")));
+}
+
 TEST(DiskFullTest, AStartOnAFullDiskIsRefusedWithAMessageNotAnAbort) {
   if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   SmallDisk disk(16);

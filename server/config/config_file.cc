@@ -357,15 +357,28 @@ std::vector<Document> SplitDocuments(const std::string& text) {
 // stand for millions of nodes; a config has at most a few hundred thousand.
 constexpr size_t kMaxNodes = 2'000'000;
 
+// Most bytes of scalars (keys and values) one document may expand to: an
+// alias of one long label repeated a hundred thousand times is a few hundred
+// KB of file and hundreds of GB once expanded. The largest real configs (a
+// hundred thousand objects) expand to a few tens of MB.
+constexpr size_t kMaxExpandedBytes = 64 << 20;
+
 // Deepest nesting a document may have: a config nests a few levels; an alias
 // that refers to itself would nest forever.
 constexpr int kMaxDepth = 64;
 
-// Walks `node` as the parser will, aliases expanded, spending `budget`; false
-// once it runs out or the nesting passes kMaxDepth.
-bool WithinBudget(const YAML::Node& node, size_t* budget, int depth = 0) {
-  if (*budget == 0 || depth > kMaxDepth) return false;
-  --*budget;
+// What one document may expand to, spent while walking it.
+struct ExpansionBudget {
+  size_t nodes = kMaxNodes;
+  size_t bytes = kMaxExpandedBytes;
+};
+
+// Walks `node` as the parser will, aliases expanded, spending `budget`
+// (nodes, and scalar bytes, read in place: nothing is copied); false once
+// either runs out or the nesting passes kMaxDepth.
+bool WithinBudget(const YAML::Node& node, ExpansionBudget* budget, int depth = 0) {
+  if (budget->nodes == 0 || depth > kMaxDepth) return false;
+  --budget->nodes;
   if (node.IsMap()) {
     for (const auto& kv : node) {
       if (!WithinBudget(kv.first, budget, depth + 1) || !WithinBudget(kv.second, budget, depth + 1)) return false;
@@ -374,6 +387,10 @@ bool WithinBudget(const YAML::Node& node, size_t* budget, int depth = 0) {
     for (const auto& item : node) {
       if (!WithinBudget(item, budget, depth + 1)) return false;
     }
+  } else if (node.IsScalar()) {
+    const size_t size = node.Scalar().size();
+    if (size > budget->bytes) return false;
+    budget->bytes -= size;
   }
   return true;
 }
@@ -413,11 +430,11 @@ absl::Status ParseInto(const std::string& text, const std::string& file, LoadedC
       return absl::InvalidArgumentError(absl::StrCat(
           file, ":", part.first_content_line, ": not valid YAML: the document does not parse as a map"));
     }
-    size_t budget = kMaxNodes;
+    ExpansionBudget budget;
     if (!WithinBudget(doc, &budget)) {
-      return absl::InvalidArgumentError(absl::StrCat(file, ":", part.first_line + 1, ": the document expands to more than ",
-                                                     kMaxNodes, " YAML nodes or nests deeper than ", kMaxDepth,
-                                                     " levels (aliases?); refusing it"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ":", part.first_line + 1, ": the document expands to more than ", kMaxNodes, " YAML nodes or ",
+          kMaxExpandedBytes >> 20, " MiB of text, or nests deeper than ", kMaxDepth, " levels (aliases?); refusing it"));
     }
     declares = declares || (doc.IsMap() && (doc["targets"] || doc["chains"]));
     try {

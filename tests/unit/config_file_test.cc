@@ -278,5 +278,16 @@ TEST(ConfigFileTest, AnAliasBombIsRefusedWithoutExpandingIt) {
   EXPECT_THAT(std::string(cycle.status().message()), HasSubstr("nests deeper than 64 levels"));
 }
 
+// Few nodes, many bytes: one 1 MiB label behind an alias used 500 times is a
+// 1 MiB file and 500 MiB once expanded. Refused before anything is copied.
+TEST(ConfigFileTest, AnAliasOfABigScalarIsRefusedByTheBytesItExpandsTo) {
+  std::string text = "big: &big \"" + std::string(1 << 20, 'x') + "\"\ntargets:\n";
+  for (int i = 0; i < 500; ++i) text += "  - {name: t" + std::to_string(i) + ", labels: {note: *big}}\n";
+  auto refused = ParseConfigText(text, "scalars.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("scalars.yaml:1: the document expands to more than 2000000 YAML nodes or 64 MiB of text"));
+}
+
 }  // namespace
 }  // namespace failover::config

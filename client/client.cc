@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <optional>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -57,8 +58,16 @@ std::string Describe(const v1::Failure& f) {
 
 }  // namespace
 
+namespace {
+std::string RandomSenderId() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) | rd(), absl::kZeroPad16),
+                      absl::Hex((uint64_t{rd()} << 32) | rd(), absl::kZeroPad16));
+}
+}  // namespace
+
 Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options)
-    : stub_(std::move(stub)), options_(std::move(options)) {
+    : stub_(std::move(stub)), options_(std::move(options)), sender_id_(RandomSenderId()) {
   if (!options_.sleep) options_.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   if (!options_.now) options_.now = [] { return absl::Now(); };
   if (options_.background_flush) flusher_ = std::thread([this] { FlushLoop(); });
@@ -130,10 +139,18 @@ size_t Client::Buffer(v1::ReportOutcomeRequest req) {
   return buffered_.size();
 }
 
+void Client::StampLocked(v1::ReportOutcomeRequest* req) {
+  if (req->has_report_id()) return;  // sent before: the same id again
+  req->mutable_report_id()->set_sender(sender_id_);
+  req->mutable_report_id()->set_sequence(next_report_sequence_++);
+}
+
 bool Client::CoalesceLocked(const v1::ReportOutcomeRequest& req) {
   constexpr uint32_t kMaxCount = 10000;  // failoverd's bound on ReportOutcomeRequest.count
   if (!req.has_success() || buffered_.empty()) return false;
   v1::ReportOutcomeRequest& last = buffered_.back();
+  // One that was sent (and came back) keeps what its id stands for.
+  if (last.has_report_id()) return false;
   const uint32_t n = std::max<uint32_t>(last.count(), 1);
   if (!last.has_success() || last.target() != req.target() || last.chain() != req.chain() ||
       last.has_latency() != req.has_latency() || last.hedged() || req.hedged() || n >= kMaxCount) {
@@ -273,6 +290,7 @@ size_t Client::Flush(size_t limit) {
       if (buffered_.empty()) return delivered;
       req = std::move(buffered_.front());
       buffered_.pop_front();
+      StampLocked(&req);
     }
     v1::ReportOutcomeResponse resp;
     grpc::ClientContext ctx;
@@ -315,6 +333,7 @@ size_t Client::FlushBatches() {
       while (!buffered_.empty() && batch.size() < kBatch) {
         batch.push_back(std::move(buffered_.front()));
         buffered_.pop_front();
+        StampLocked(&batch.back());
       }
     }
     if (batch.empty()) return delivered;

@@ -221,6 +221,12 @@ class Client {
   std::map<std::string, std::vector<v1::Attempt>> last_plan_;  // guarded by mu_
   std::deque<v1::ReportOutcomeRequest> buffered_;               // guarded by mu_
   size_t dropped_ = 0;                                          // guarded by mu_
+  // Report ids (DESIGN 3.14, invariant 4): this client's random sender id and
+  // the next sequence. A report gets its id when it is first sent, so a
+  // resent batch is recognised and counted once.
+  const std::string sender_id_;
+  uint64_t next_report_sequence_ = 1;  // guarded by mu_
+  void StampLocked(v1::ReportOutcomeRequest* req);
   // failoverd did not answer: skip it until then (guarded by mu_).
   absl::Time down_until_ = absl::InfinitePast();
   absl::Duration down_backoff_ = absl::ZeroDuration();
@@ -237,7 +243,8 @@ class Client {
   void WakeFlusher();
   // Sends the backlog in StreamOutcomes calls of up to kBatch reports (one
   // call per report against a failoverd without that method); returns how
-  // many were delivered. At least once: a batch cut off mid-way is sent again.
+  // many were delivered. A batch cut off mid-way is sent again whole; its
+  // report ids make failoverd count each report once.
   size_t FlushBatches();
   void Requeue(std::vector<v1::ReportOutcomeRequest> batch);
   static constexpr size_t kBatch = 256;

@@ -86,6 +86,8 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       summary.set_accepted(accepted_);
       summary.set_refused(refused_);
       summary.set_first_refusal(first_refusal_);
+      summary.set_duplicates(duplicates_);
+      summary.set_not_saved(not_saved_);
       if (ctx_.leader != nullptr) summary.set_cluster_log_index(ctx_.leader->LogIndex());
       const absl::Status serialized = SerializeMessage(summary, response_);
       if (!serialized.ok()) return Refuse(serialized);
@@ -101,6 +103,8 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (status.ok()) status = service_->Report(request, &answer, relayed_);
     if (status.ok()) {
       ++accepted_;
+      duplicates_ += answer.duplicate();
+      if (!answer.not_saved().empty() && not_saved_.empty()) not_saved_ = answer.not_saved();
     } else {
       if (refused_++ == 0) first_refusal_ = absl::StrCat("outcomes[", accepted_ + refused_ - 1, "]: ", status.message());
     }
@@ -123,7 +127,9 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer in_;
   uint32_t accepted_ = 0;
   uint32_t refused_ = 0;
+  uint32_t duplicates_ = 0;
   std::string first_refusal_;
+  std::string not_saved_;
 };
 
 }  // namespace
@@ -156,7 +162,9 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
     ctx_.metrics->OnPick(pick.chain, status.code() != absl::StatusCode::kNotFound, status.ok(), absl::Now() - started);
   }
   RETURN_IF_ERROR(status);
-  RETURN_IF_ERROR(changes.Await());
+  // The plan is given even when a change it made could not be saved
+  // (DESIGN 3.14, invariant 6).
+  if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
   resp->set_decision_id(plan.decision_id);
   resp->set_chain_state(ChainStateToProto(plan.state));
   resp->set_config_generation(plan.generation);
@@ -257,6 +265,17 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     return absl::InvalidArgumentError(
         absl::StrCat("count: ", req.count(), " outcomes in one report are allowed for successes only"));
   }
+  // A report counted before (a resent batch, a relay sent again) decides its
+  // verdict again but counts nothing (DESIGN 3.14, invariant 4).
+  if (req.has_report_id()) {
+    const failover::v1::ReportId& id = req.report_id();
+    if (id.sender().empty() || id.sender().size() > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report_id.sender: 1 to 64 bytes, got ", id.sender().size()));
+    }
+    if (id.sequence() == 0) return absl::InvalidArgumentError("report_id.sequence: must be > 0");
+    report.count = report_ids_.FirstTime(id.sender(), id.sequence());
+  }
   ReportResult result;
   Events events;
   // On a cluster follower the counting (trips, recoveries) is the leader's,
@@ -265,9 +284,9 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   // state) is counted there first, so the verdict and the plans after it see
   // what it caused; any other success goes on in the background.
   const bool follower = ctx_.leader != nullptr && !ctx_.leader->IsLeader();
-  const bool relay_first =
-      follower && (!report.facts.success || ctx_.engine->SuccessMayChangeState(report.target));
-  const bool relay_after = follower && !relay_first;
+  const bool relay_first = follower && report.count &&
+                           (!report.facts.success || ctx_.engine->SuccessMayChangeState(report.target));
+  const bool relay_after = follower && report.count && !relay_first;
   if (relay_first) {
     ReportOutcomeRequest relayed = req;
     if (relayed.chain().empty()) relayed.set_chain(Engine::ChainOfDecision(req.decision_id()));
@@ -276,15 +295,20 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   Committer::Scope changes(ctx_.committer);
   for (uint32_t i = 0; i < std::max<uint32_t>(req.count(), 1); ++i) {
     RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
-    if (ctx_.metrics != nullptr && !relayed) ctx_.metrics->OnOutcome(report.target, result, report.latency);
+    if (ctx_.metrics != nullptr && !relayed && report.count) {
+      ctx_.metrics->OnOutcome(report.target, result, report.latency);
+    }
   }
-  RETURN_IF_ERROR(changes.Await());
+  // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): a change
+  // this outcome made that could not be saved is named in the answer, and the
+  // verdict stands; failoverd refuses further changes until it can save.
+  if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
   if (relay_after) {
     ReportOutcomeRequest relayed = req;
     relayed.set_chain(result.chain);
     ctx_.leader->Relay(std::move(relayed));
   }
-  if (ctx_.metrics != nullptr && !relayed) {
+  if (ctx_.metrics != nullptr && !relayed && report.count) {
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();
   }
@@ -300,6 +324,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     resp->set_active_target(result.active_target);
   }
   resp->set_decision_known(result.decision_known);
+  resp->set_duplicate(!report.count);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 
 #include "failover/v1/decision.grpc.pb.h"
 #include "server/api/change_feed.h"
+#include "server/api/report_ids.h"
 #include "server/api/service_context.h"
 #include "server/api/watch_stream.h"
 
@@ -54,6 +55,7 @@ class DecisionService final : public DecisionServiceBase {
   WatchOptions watch_;
   FollowOptions follow_;
   WatchWorker worker_;  // snapshots and stalled watchers
+  ReportIdWindow report_ids_;  // reports counted, so a resend counts nothing twice
 };
 
 }  // namespace failover::api

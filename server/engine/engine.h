@@ -219,6 +219,9 @@ struct ReportRequest {
   uint32_t attempt = 0;
   OutcomeFacts facts;
   absl::Duration latency = absl::ZeroDuration();  // the attempt's, as the caller measured it; zero = not given
+  // False for an outcome counted before (a resent report, DESIGN 3.14
+  // invariant 4): only the verdict is decided; health is not touched.
+  bool count = true;
 };
 
 struct ReportResult {

@@ -64,33 +64,32 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   // Health first: the verdict's next target must see this outcome. Most
   // outcomes change no state and take no writer lock; one that would trip or
   // recover the target is recorded under the single writer instead, so its
-  // events are numbered in the order state changed.
-  auto record_outcome = [&](const TargetEntry& t, bool may_transition, HealthTransition* tr) {
+  // events are numbered in the order state changed. The dry run that decides
+  // this is the same code as the recording (HealthMode), so the two agree.
+  const CallOutcome call{req.latency};
+  auto record_outcome = [&](const TargetEntry& t, HealthMode mode, HealthTransition* tr) {
     TargetRuntime& rt = *t.rt;
-    rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
-    bool changed = false;
-    const CallOutcome call{req.latency};
-    if (req.facts.success && req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
+    TargetHealth& health = rt.health;
+    const bool dry = mode == HealthMode::kDryRun;
     if (req.facts.success) {
-      if (may_transition) {
-        changed = rt.health.OnCallSuccess(*t.health, now, call, t.seed, tr);
-      } else {
-        rt.health.Tally(*t.health, now, /*failed=*/false, call);
+      if (!dry) {
+        rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
+        if (req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
       }
-      return changed;
+      return health.OnCallSuccess(*t.health, now, call, t.seed, tr, mode);
     }
+    bool changed = c.counts && health.OnFailure(*t.health, now, summary, t.seed, tr, mode);
+    if (dry && changed) return true;
+    // After a counted failure that tripped the target this keeps its check
+    // from coming before the limit resets.
+    if (limited_long) changed = health.OnLimitedUntil(now, now + req.facts.retry_after, summary, tr, mode) || changed;
+    if (dry) return changed;
+    rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     if (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap) {
       rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
       rt.last_error_time = now;
     }
-    if (c.counts && may_transition) {
-      changed = rt.health.OnFailure(*t.health, now, summary, t.seed, tr);
-    } else if (c.counts) {
-      rt.health.Tally(*t.health, now, /*failed=*/true, call);
-    }
-    if (limited_long && (may_transition || rt.health.state() == HealthState::kDown)) {
-      changed = rt.health.OnLimitedUntil(now, now + req.facts.retry_after, summary, tr);
-    } else if (c.reason == Reason::kRateLimit) {
+    if (c.reason == Reason::kRateLimit && !limited_long) {
       // The hold is the target's (its health settings), shared by every chain.
       const absl::Duration hold =
           std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : t.health->rate_limit_hold,
@@ -99,18 +98,32 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     }
     return changed;
   };
+  // While changes are refused, an outcome that would make a transition is
+  // recorded without it: tallied for the rates, its error kept.
+  auto record_refused = [&](const TargetEntry& t) {
+    TargetRuntime& rt = *t.rt;
+    rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
+    if (req.facts.success && req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
+    if (!req.facts.success && (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap)) {
+      rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
+      rt.last_error_time = now;
+    }
+    if (req.facts.success || c.counts) rt.health.Tally(*t.health, now, /*failed=*/!req.facts.success, call);
+  };
   bool needs_writer = false;
-  {
+  if (!req.count) {
+    out->counted = false;
+    out->target_health = target->rt->Effective();
+  } else {
     TargetRuntime& rt = *target->rt;
     std::lock_guard<std::mutex> lock(rt.mu);
-    needs_writer = req.facts.success ? rt.health.CallSuccessWouldChange(*target->health, now, {req.latency})
-                   : limited_long    ? rt.health.state() != HealthState::kDown
-                                     : c.counts && rt.health.FailureWouldChange(*target->health, now);
-    // While changes are refused, the outcome is recorded without its transition.
-    if (!needs_writer || !accepting_changes()) {
-      HealthTransition none;
-      record_outcome(*target, /*may_transition=*/!needs_writer, &none);
-      needs_writer = false;
+    HealthTransition none;
+    if (!record_outcome(*target, HealthMode::kDryRun, &none)) {
+      record_outcome(*target, HealthMode::kApply, &none);  // makes no transition: the dry run just said so
+    } else if (!accepting_changes()) {
+      record_refused(*target);
+    } else {
+      needs_writer = true;
     }
     out->target_health = rt.Effective();
   }
@@ -125,7 +138,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
       {
         std::lock_guard<std::mutex> lock(t->rt->mu);
         const HealthState before = t->rt->Effective();
-        changed = record_outcome(*t, /*may_transition=*/true, &tr);
+        changed = record_outcome(*t, HealthMode::kApply, &tr);
         if (changed) PublishLocked(*t, before, Source::kAuto, tr.reason, now, w.events());
         out->target_health = t->rt->Effective();
       }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "gmock/gmock.h"
+#include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
 #include "server/engine/engine.h"
@@ -117,6 +118,7 @@ class RefusedWriteTest : public ::testing::Test {
     ctx.events = &events_;
     ctx.committer = committer_.get();
     service_ = std::make_unique<api::DecisionService>(ctx, api::WatchOptions());
+    admin_ = std::make_unique<api::AdminService>(ctx);
     ConfigChange change;
     for (const char* name : {"a", "b"}) {
       TargetConfig t;
@@ -169,19 +171,24 @@ class RefusedWriteTest : public ::testing::Test {
   std::atomic<bool> refuse_{false};
   std::unique_ptr<Committer> committer_;
   std::unique_ptr<api::DecisionService> service_;
+  std::unique_ptr<api::AdminService> admin_;
   RecordingWatcher watcher_;
   std::mutex mu_;
   std::vector<bool> health_;
 };
 
-TEST_F(RefusedWriteTest, TheCallFailsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {
+// Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): the report
+// whose trip cannot be saved still gets its verdict, naming the write error.
+TEST_F(RefusedWriteTest, TheVerdictStandsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {
   const uint64_t before = events_.last_sequence();
   refuse_ = true;
   v1::ReportOutcomeResponse resp;
-  const grpc::Status failed = Report("a", 503, &resp);  // trips "a"
-  EXPECT_EQ(failed.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(failed.error_message(), HasSubstr("No space left on device"));
-  EXPECT_THAT(failed.error_message(), HasSubstr("refuses further changes"));
+  const grpc::Status answered = Report("a", 503, &resp);  // trips "a"
+  ASSERT_TRUE(answered.ok()) << answered.error_message();
+  EXPECT_EQ(resp.verdict(), v1::VERDICT_TRY_NEXT);
+  EXPECT_EQ(resp.next_attempt().target(), "b");
+  EXPECT_THAT(resp.not_saved(), HasSubstr("No space left on device"));
+  EXPECT_THAT(resp.not_saved(), HasSubstr("refuses further changes"));
   EXPECT_EQ(health(), std::vector<bool>{false});
   EXPECT_TRUE(watcher_.sequences().empty());
   EXPECT_EQ(events_.last_sequence(), before);
@@ -205,6 +212,47 @@ TEST_F(RefusedWriteTest, TheCallFailsNothingIsStreamedAndTheChangeIsSavedOnceThe
   auto stored = store_->RecentEvents(100);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->back().sequence, streamed.back());
+}
+
+// Acknowledged means durable (DESIGN 3.14, invariant 2): once a change could
+// not be saved, repeating it is refused too, though memory already holds it;
+// once the disk takes writes again the repeat answers OK, and what it
+// acknowledges is on disk.
+TEST_F(RefusedWriteTest, RepeatingAChangeThatIsOnlyInMemoryIsRefusedUntilItIsSaved) {
+  refuse_ = true;
+  v1::PinChainRequest pin;
+  pin.set_chain("ch");
+  pin.set_target("b");
+  v1::ChainView view;
+  const absl::Status first = admin_->DoPinChain(pin, &view);
+  EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
+  const absl::Status repeated = admin_->DoPinChain(pin, &view);
+  EXPECT_EQ(repeated.code(), absl::StatusCode::kUnavailable) << repeated;
+  EXPECT_THAT(std::string(repeated.message()), HasSubstr("No space left on device"));
+  v1::TriggerFailoverRequest trigger;
+  trigger.set_target("a");
+  v1::TargetView target;
+  EXPECT_EQ(admin_->DoTriggerFailover(trigger, &target).code(), absl::StatusCode::kUnavailable);
+  v1::ApplyRequest same;  // the config as it is: no diff
+  same.add_targets()->set_name("a");
+  same.add_targets()->set_name("b");
+  v1::Chain* chain = same.add_chains();
+  chain->set_name("ch");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  v1::ApplyResponse applied;
+  EXPECT_EQ(admin_->DoApply(same, &applied).code(), absl::StatusCode::kUnavailable);
+
+  refuse_ = false;
+  ASSERT_TRUE(testing::Eventually([&] { return engine_.accepting_changes(); }));
+  ASSERT_TRUE(admin_->DoPinChain(pin, &view).ok());
+  EXPECT_TRUE(admin_->DoApply(same, &applied).ok());
+  committer_->Stop();
+  ASSERT_TRUE(store_->Close().ok());
+  OpenStore();
+  auto restored = store_->Load();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->pins, (std::map<std::string, std::string>{{"ch", "b"}}));
 }
 
 }  // namespace

@@ -170,5 +170,52 @@ TEST_F(HotPathTest, APinIsOneWriteAndPicksOnItsChainCarryOnWhileItIsWritten) {
   EXPECT_EQ(sink_.writes(), before + 1);
 }
 
+// Counted once (DESIGN 3.14, invariant 4): a report sent again with the same
+// id (a batch resent after its call failed) is answered but counts nothing.
+TEST_F(HotPathTest, AReportSentAgainWithItsIdCountsOnce) {
+  auto failure = [&](uint64_t sequence) {
+    v1::ReportOutcomeRequest req;
+    req.set_chain("other");
+    req.set_target("c");
+    req.mutable_failure()->set_http_status(503);
+    req.mutable_report_id()->set_sender("client-1");
+    req.mutable_report_id()->set_sequence(sequence);
+    v1::ReportOutcomeResponse resp;
+    EXPECT_TRUE(service_.Report(req, &resp).ok());
+    return resp;
+  };
+  const v1::ReportOutcomeResponse first = failure(1);
+  EXPECT_FALSE(first.duplicate());
+  EXPECT_TRUE(first.counted());
+  EXPECT_FALSE(failure(2).duplicate());
+  // "other" trips at three failures: the two resent ones must not be the third.
+  for (uint64_t sequence : {1, 2, 1}) {
+    const v1::ReportOutcomeResponse again = failure(sequence);
+    EXPECT_TRUE(again.duplicate());
+    EXPECT_FALSE(again.counted());
+    EXPECT_EQ(again.verdict(), first.verdict());  // the verdict is decided all the same
+  }
+  EXPECT_NE(engine_.GetTargetStatus("c")->health, HealthState::kDown);
+  EXPECT_FALSE(failure(3).duplicate());
+  EXPECT_EQ(engine_.GetTargetStatus("c")->health, HealthState::kDown);
+}
+
+TEST(ReportIdWindowTest, EachIdOnceAcrossSendersAndOldIdsBeyondTheWindowAreDuplicates) {
+  ReportIdWindow window(ReportIdWindow::Options{128, 2});
+  EXPECT_TRUE(window.FirstTime("s", 5));
+  EXPECT_TRUE(window.FirstTime("s", 3));  // out of order, first time
+  EXPECT_FALSE(window.FirstTime("s", 3));
+  EXPECT_FALSE(window.FirstTime("s", 5));
+  EXPECT_TRUE(window.FirstTime("t", 5));  // another sender's 5
+  EXPECT_TRUE(window.FirstTime("s", 300));  // the window jumps: 172..300
+  EXPECT_FALSE(window.FirstTime("s", 100));  // too old to know: taken as counted
+  EXPECT_TRUE(window.FirstTime("s", 250));
+  EXPECT_FALSE(window.FirstTime("s", 250));
+  EXPECT_TRUE(window.FirstTime("s", 173));  // a slot the jump cleared
+  EXPECT_TRUE(window.FirstTime("u", 1));  // a third sender: "t", heard from least recently, is forgotten
+  EXPECT_EQ(window.senders(), 2u);
+  EXPECT_FALSE(window.FirstTime("s", 300));
+}
+
 }  // namespace
 }  // namespace failover::api

@@ -35,12 +35,15 @@ uint64_t Committer::LastTicket() {
   return next_ticket_ - 1;
 }
 
-Committer::Committer(WriteFn write, PublishFn publish, HealthFn on_health, absl::Duration retry_interval)
+Committer::Committer(WriteFn write, PublishFn publish, HealthFn on_health, absl::Duration retry_interval,
+                     Mode mode)
     : write_(std::move(write)),
       publish_(std::move(publish)),
       on_health_(std::move(on_health)),
       retry_interval_(retry_interval),
-      thread_([this] { Run(); }) {}
+      mode_(mode) {
+  if (mode_ == Mode::kThread) thread_ = std::thread([this] { Run(); });
+}
 
 Committer::~Committer() { Stop(); }
 
@@ -66,8 +69,26 @@ uint64_t Committer::Submit(Change change) {
   return ticket;
 }
 
+template <typename Done>
+void Committer::DriveLocked(std::unique_lock<std::mutex>& lock, Done done) {
+  if (mode_ != Mode::kCallerDriven) return;
+  // A write that fails marks every queued ticket failed: this ends.
+  while (!done() && !queue_.empty() && !stopped_) {
+    WriteQueuedLocked(lock);
+    if (failing_) break;  // retried by Step, as the thread retries after retry_interval
+  }
+}
+
+bool Committer::Step() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (mode_ != Mode::kCallerDriven || queue_.empty() || stopped_) return true;
+  WriteQueuedLocked(lock);
+  return !failing_;
+}
+
 absl::Status Committer::Await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
+  DriveLocked(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
   done_.wait(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
   for (const DroppedTickets& d : dropped_) {
     if (ticket >= d.first && ticket <= d.last) return d.why;
@@ -79,12 +100,15 @@ absl::Status Committer::Await(uint64_t ticket) {
 void Committer::AwaitPublished(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t target = next_ticket_ - 1;
+  DriveLocked(lock, [&] { return published_ >= target || failed_up_to_ >= target; });
   done_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                  [&] { return published_ >= target || failed_up_to_ >= target; });
 }
 
 bool Committer::AwaitIdle(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
+  DriveLocked(lock, [&] { return queue_.empty(); });
+  if (mode_ == Mode::kCallerDriven) return queue_.empty();
   return done_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return queue_.empty(); });
 }
 
@@ -94,15 +118,24 @@ void Committer::Stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  work_.notify_one();
-  thread_.join();
+  if (mode_ == Mode::kThread) {
+    work_.notify_one();
+    thread_.join();
+    return;
+  }
+  // One last try, as the thread would make.
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!queue_.empty()) WriteQueuedLocked(lock);
+  stopped_ = true;
+  failed_up_to_ = next_ticket_ - 1;
+  if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
+  done_.notify_all();
 }
 
 void Committer::Run() {
-  bool failing = false;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (failing && !stopping_) {
+    if (failing_ && !stopping_) {
       work_.wait_for(lock, absl::ToChronoNanoseconds(retry_interval_), [&] { return stopping_; });
     } else {
       work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -111,63 +144,67 @@ void Committer::Run() {
       if (stopping_) break;
       continue;
     }
-    // Everything ready now goes in one write. The queue keeps the Changes
-    // until they are durable, so a failed write is retried whole.
-    const size_t max_batch = max_batch_.load(std::memory_order_relaxed);
-    const size_t take = max_batch == 0 ? queue_.size() : std::min(queue_.size(), max_batch);
-    std::vector<const Change*> batch;
-    batch.reserve(take);
-    for (size_t i = 0; i < take; ++i) batch.push_back(&queue_[i].second);
-    const uint64_t last = queue_[take - 1].first;
-    const size_t count = batch.size();
     const bool last_try = stopping_;
-    lock.unlock();
-    // deque elements stay put while Submit appends, so `batch` stays valid.
-    const absl::Status written = write_(batch);
-    if (written.ok()) {
-      if (failing) on_health_(absl::OkStatus());
-      failing = false;
-      // The callers may answer now that their Changes are durable; watchers,
-      // metrics and the log get them next, in order, off the callers' path.
-      {
-        std::lock_guard<std::mutex> durable(mu_);
-        durable_ = last;
-      }
-      done_.notify_all();
-      for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
-      lock.lock();
-      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-      published_ = last;
-      done_.notify_all();
-    } else if (IsDropped(written)) {
-      // Never to be written: dropped, not retried.
-      lock.lock();
-      queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-      const absl::Status why(written.code(), written.message());  // without the mark
-      failure_ = why;
-      failed_up_to_ = last;
-      dropped_.push_back(DroppedTickets{last - count + 1, last, why});
-      if (dropped_.size() > 64) dropped_.pop_front();
-      published_ = last;
-      done_.notify_all();
-    } else {
-      if (!failing) on_health_(written);
-      failing = true;
-      lock.lock();
-      failure_ = absl::UnavailableError(absl::StrCat(
-          "not saved yet: ", written.message(),
-          "; failoverd keeps the change in memory, saves it as soon as the data dir takes writes again (it is "
-          "lost if failoverd stops first), and refuses further changes until then"));
-      failed_up_to_ = next_ticket_ - 1;
-      done_.notify_all();
-    }
-    if (last_try && !written.ok()) break;
+    WriteQueuedLocked(lock);
+    if (last_try && failing_) break;
   }
   stopped_ = true;
   // What could not be written is lost with the process, as its callers were told.
   failed_up_to_ = next_ticket_ - 1;
   if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
   done_.notify_all();
+}
+
+void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
+  // Everything ready now goes in one write. The queue keeps the Changes
+  // until they are durable, so a failed write is retried whole.
+  const size_t max_batch = max_batch_.load(std::memory_order_relaxed);
+  const size_t take = max_batch == 0 ? queue_.size() : std::min(queue_.size(), max_batch);
+  std::vector<const Change*> batch;
+  batch.reserve(take);
+  for (size_t i = 0; i < take; ++i) batch.push_back(&queue_[i].second);
+  const uint64_t last = queue_[take - 1].first;
+  const size_t count = batch.size();
+  lock.unlock();
+  // deque elements stay put while Submit appends, so `batch` stays valid.
+  const absl::Status written = write_(batch);
+  if (written.ok()) {
+    if (failing_) on_health_(absl::OkStatus());
+    failing_ = false;
+    // The callers may answer now that their Changes are durable; watchers,
+    // metrics and the log get them next, in order, off the callers' path.
+    {
+      std::lock_guard<std::mutex> durable(mu_);
+      durable_ = last;
+    }
+    done_.notify_all();
+    for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
+    lock.lock();
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+    published_ = last;
+    done_.notify_all();
+  } else if (IsDropped(written)) {
+    // Never to be written: dropped, not retried.
+    lock.lock();
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+    const absl::Status why(written.code(), written.message());  // without the mark
+    failure_ = why;
+    failed_up_to_ = last;
+    dropped_.push_back(DroppedTickets{last - count + 1, last, why});
+    if (dropped_.size() > 64) dropped_.pop_front();
+    published_ = last;
+    done_.notify_all();
+  } else {
+    if (!failing_) on_health_(written);
+    failing_ = true;
+    lock.lock();
+    failure_ = absl::UnavailableError(absl::StrCat(
+        "not saved yet: ", written.message(),
+        "; failoverd keeps the change in memory, saves it as soon as the data dir takes writes again (it is "
+        "lost if failoverd stops first), and refuses further changes until then"));
+    failed_up_to_ = next_ticket_ - 1;
+    done_.notify_all();
+  }
 }
 
 }  // namespace failover

@@ -43,8 +43,14 @@ class Committer {
   // Called when writes start failing (the error) and when they succeed again (OK).
   using HealthFn = std::function<void(const absl::Status&)>;
 
+  // kThread: a thread of its own writes what is queued (failoverd).
+  // kCallerDriven: no thread; Await (and AwaitPublished, AwaitIdle) write on
+  // the caller's thread, and Step retries a failed write: the simulation test
+  // (tests/sim) runs the real committer single-threaded and deterministically.
+  // A kCallerDriven committer is for one thread only.
+  enum class Mode { kThread, kCallerDriven };
   Committer(WriteFn write, PublishFn publish, HealthFn on_health,
-            absl::Duration retry_interval = absl::Seconds(1));
+            absl::Duration retry_interval = absl::Seconds(1), Mode mode = Mode::kThread);
   // Stops (see Stop).
   ~Committer();
   Committer(const Committer&) = delete;
@@ -68,6 +74,9 @@ class Committer {
   uint64_t LastTicket();
   // At most `n` Changes per write (0: no limit); etcd caps a transaction's size.
   void set_max_batch(size_t n) { max_batch_.store(n, std::memory_order_relaxed); }
+  // kCallerDriven: one write of what is queued (a retry after a failed one).
+  // True when it was written (or nothing was queued).
+  bool Step();
   // Writes and publishes what is queued (one last try), then ends the thread.
   // Later Submits are dropped and their Await fails.
   void Stop();
@@ -97,6 +106,12 @@ class Committer {
 
  private:
   void Run();
+  // Takes what is queued, writes it with `lock` released, and settles the
+  // outcome (durable and published, dropped, or failed). Queue not empty.
+  void WriteQueuedLocked(std::unique_lock<std::mutex>& lock);
+  // kCallerDriven: writes until `done` holds or a write fails.
+  template <typename Done>
+  void DriveLocked(std::unique_lock<std::mutex>& lock, Done done);
 
   const WriteFn write_;
   const PublishFn publish_;
@@ -114,6 +129,8 @@ class Committer {
   absl::Status failure_;       // that write's error
   bool stopping_ = false;
   bool stopped_ = false;
+  bool failing_ = false;  // the last write failed; retried after retry_interval_
+  const Mode mode_;
   // Tickets dropped (Dropped), the latest few, so a later durable write does
   // not make them look written.
   struct DroppedTickets {

@@ -168,6 +168,7 @@ void WatchStream::SnapshotReady(std::shared_ptr<const SnapshotParts> parts) {
     queue_.push_front(std::move(q));
   }
   last_seen_ = std::max(last_seen_, parts->sequence);
+  snapshot_sequence_ = std::max(snapshot_sequence_, parts->sequence);
   PumpLocked();
 }
 
@@ -177,7 +178,9 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     last_seen_ = std::max(last_seen_, e.sequence);
-    if (resync_ || !Matches(e)) continue;
+    // A snapshot read from the published state may already hold an event the
+    // log hands out just after it: never sent twice.
+    if (resync_ || e.sequence <= snapshot_sequence_ || !Matches(e)) continue;
     Queued& q = queue_.emplace_back();
     q.sequence = e.sequence;
     q.wire = wire[i];  // shares the serialized slices

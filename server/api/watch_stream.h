@@ -93,7 +93,8 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   Queued current_meta_ ABSL_GUARDED_BY(mu_);  // sequence and resumable of current_
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool awaiting_snapshot_ ABSL_GUARDED_BY(mu_) = false;
-  bool opened_ ABSL_GUARDED_BY(mu_) = false;  // the opening is queued or requested
+  bool opened_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the newest snapshot sent covers up to here  // the opening is queued or requested
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool dropping_ ABSL_GUARDED_BY(mu_) = false;

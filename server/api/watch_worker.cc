@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+#include "server/api/change_feed.h"
+
 #include "server/api/convert.h"
 #include "server/api/wire.h"
 
@@ -81,7 +84,161 @@ void WatchWorker::Run() {
   }
 }
 
+namespace {
+
+// The chains and targets as the published state has them: what the events up
+// to its sequence add up to, nothing that is not durable yet (DESIGN 3.14,
+// invariant 3). A rate-limit hold and the measured latency are not state (no
+// Change carries them): they come from the engine.
+class PublishedViews {
+ public:
+  PublishedViews(RestoredState state, const Engine& engine) : state_(std::move(state)), engine_(engine) {
+    std::sort(state_.targets.begin(), state_.targets.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::sort(state_.chains.begin(), state_.chains.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (const TargetConfig& t : state_.targets) targets_[t.name] = &t;
+    for (const TargetStateRecord& r : state_.health) health_[r.name] = &r;
+    for (const ChainStateRecord& r : state_.chain_states) chain_states_[r.name] = &r;
+    for (const ChainConfig& c : state_.chains) {
+      chains_[c.name] = &c;
+      for (const std::string& t : c.targets) chains_of_[t].push_back(c.name);  // name order
+    }
+  }
+  uint64_t sequence() const { return state_.next_sequence - 1; }
+  uint64_t generation() const { return state_.generation; }
+  const std::vector<ChainConfig>& chains() const { return state_.chains; }
+  const std::vector<TargetConfig>& targets() const { return state_.targets; }
+  const ChainConfig* FindChain(const std::string& name) const {
+    auto it = chains_.find(name);
+    return it == chains_.end() ? nullptr : it->second;
+  }
+  const TargetConfig* FindTarget(const std::string& name) const {
+    auto it = targets_.find(name);
+    return it == targets_.end() ? nullptr : it->second;
+  }
+
+  TargetStatus StatusOf(const TargetConfig& t) const {
+    TargetStatus s;
+    s.name = t.name;
+    s.enabled = t.enabled;
+    auto h = health_.find(t.name);
+    if (h != health_.end()) {
+      const TargetStateRecord& r = *h->second;
+      s.automatic = r.automatic;
+      s.source = r.source;
+      s.reason = r.reason;
+      s.since = r.since;
+      s.last_probe = r.last_probe;
+      s.last_error = r.last_error;
+      s.last_error_time = r.last_error_time;
+      s.recovery_passes = r.recovery_passes;
+      s.trips = r.trips;
+    }
+    auto m = state_.manual.find(t.name);
+    if (m != state_.manual.end()) {
+      s.reason = m->second.reason;
+      s.since = m->second.since;
+    }
+    s.health = !t.enabled ? HealthState::kDisabled : m != state_.manual.end() ? HealthState::kManual : s.automatic;
+    if (auto live = engine_.GetTargetStatus(t.name); live.ok()) {
+      s.held_until = live->held_until;
+      s.latency = live->latency;
+    }
+    auto c = chains_of_.find(t.name);
+    if (c != chains_of_.end()) s.chains = c->second;
+    return s;
+  }
+
+  ChainStatus StatusOf(const ChainConfig& c) const {
+    ChainStatus s;
+    s.name = c.name;
+    auto r = chain_states_.find(c.name);
+    if (r != chain_states_.end()) {
+      s.state = r->second->state;
+      s.active_target = r->second->active;
+      s.active_since = r->second->active_since;
+      s.last_switch = r->second->last_switch;
+    }
+    auto pin = state_.pins.find(c.name);
+    if (pin != state_.pins.end()) s.pinned_target = pin->second;
+    for (const std::string& name : c.targets) {
+      if (const TargetConfig* t = FindTarget(name); t != nullptr) s.targets.push_back(StatusOf(*t));
+    }
+    return s;
+  }
+
+ private:
+  RestoredState state_;
+  const Engine& engine_;
+  absl::flat_hash_map<std::string, const TargetConfig*> targets_;
+  absl::flat_hash_map<std::string, const ChainConfig*> chains_;
+  absl::flat_hash_map<std::string, const TargetStateRecord*> health_;
+  absl::flat_hash_map<std::string, const ChainStateRecord*> chain_states_;
+  absl::flat_hash_map<std::string, std::vector<std::string>> chains_of_;
+};
+
+}  // namespace
+
 std::shared_ptr<const SnapshotParts> WatchWorker::Build(const SnapshotRequest& request) const {
+  if (ctx_.changes == nullptr) return BuildFromEngine(request);
+  auto parts = std::make_shared<SnapshotParts>();
+  // The published state and its sequence, read together.
+  const PublishedViews published(ctx_.changes->State(), *ctx_.engine);
+  parts->sequence = published.sequence();
+  const uint64_t generation = published.generation();
+  const absl::Time now = ctx_.clock->Now();
+  v1::Event event;
+  size_t bytes = 0;
+  auto start_part = [&] {
+    event.Clear();
+    event.set_sequence(parts->sequence);
+    TimeToProto(now, event.mutable_time());
+    event.mutable_snapshot()->set_resync(request.resync);
+    event.mutable_snapshot()->set_config_generation(generation);
+    bytes = 0;
+  };
+  auto end_part = [&](bool more) {
+    event.mutable_snapshot()->set_more(more);
+    parts->status.Update(SerializeMessage(event, &parts->wire.emplace_back()));
+    start_part();
+  };
+  auto add_chain = [&](const ChainConfig& c) {
+    if (bytes >= part_bytes_) end_part(true);
+    v1::ChainStatus* out = event.mutable_snapshot()->add_chains();
+    ChainStatusToProto(published.StatusOf(c), out);
+    bytes += out->ByteSizeLong() + 8;
+  };
+  auto add_target = [&](const TargetConfig& t) {
+    if (bytes >= part_bytes_) end_part(true);
+    v1::TargetStatus* out = event.mutable_snapshot()->add_targets();
+    TargetStatusToProto(published.StatusOf(t), out);
+    bytes += out->ByteSizeLong() + 8;
+  };
+  start_part();
+  if (request.chains.empty() && request.targets.empty()) {
+    for (const ChainConfig& c : published.chains()) add_chain(c);
+    for (const TargetConfig& t : published.targets()) add_target(t);
+  } else {
+    // Name order, like the whole state.
+    std::vector<std::string> chains(request.chains.begin(), request.chains.end());
+    std::sort(chains.begin(), chains.end());
+    absl::flat_hash_set<std::string> wanted_targets = request.targets;
+    for (const std::string& name : chains) {
+      const ChainConfig* c = published.FindChain(name);
+      if (c == nullptr) continue;
+      add_chain(*c);
+      wanted_targets.insert(c->targets.begin(), c->targets.end());
+    }
+    std::vector<std::string> targets(wanted_targets.begin(), wanted_targets.end());
+    std::sort(targets.begin(), targets.end());
+    for (const std::string& name : targets) {
+      if (const TargetConfig* t = published.FindTarget(name); t != nullptr) add_target(*t);
+    }
+  }
+  end_part(false);
+  return parts;
+}
+
+std::shared_ptr<const SnapshotParts> WatchWorker::BuildFromEngine(const SnapshotRequest& request) const {
   auto parts = std::make_shared<SnapshotParts>();
   // Read before the state: every event up to here is reflected in what follows.
   parts->sequence = ctx_.events->last_sequence();

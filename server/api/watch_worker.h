@@ -57,8 +57,11 @@ class WatchWorker {
   // Ends the thread; queued requests get `done(nullptr)`.
   void Stop();
 
-  // Builds one snapshot now, on the calling thread.
+  // Builds one snapshot now, on the calling thread, from the published state
+  // (the change feed's): it holds nothing that is not durable yet.
   std::shared_ptr<const SnapshotParts> Build(const SnapshotRequest& request) const;
+  // Without a change feed (tests of the handlers alone): from the engine.
+  std::shared_ptr<const SnapshotParts> BuildFromEngine(const SnapshotRequest& request) const;
 
  private:
   void Run();

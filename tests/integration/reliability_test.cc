@@ -161,6 +161,64 @@ TEST(DiskFullTest, AStopWhileTheDiskIsFullExitsCleanly) {
   EXPECT_THAT(proc.Stderr(), ::testing::Not(HasSubstr("Assertion")));
 }
 
+// One history (DESIGN 3.14, invariant 3): a watcher that opens while a trip
+// is in memory but not on disk gets a snapshot without it, then the trip's
+// events once the disk takes them, once. (Snapshots were built from the
+// engine: the trip showed in the snapshot, and its events came again later.)
+TEST(DiskFullTest, ASnapshotHoldsOnlyWhatIsOnDiskAndTheEventsFollowOnce) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  SmallDisk disk(24);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  const std::string data = disk.path() + "/data";
+  FailoverdProcess proc({data, {"--min-free-mb", "8"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  ASSERT_TRUE(ApplyConfig(admin.get(), TwoTargetConfig()).ok());
+
+  disk.FillLeaving(4);
+  v1::ReportOutcomeRequest failure;
+  failure.set_chain("ch");
+  failure.set_target("a");
+  failure.mutable_failure()->set_http_status(503);
+  v1::ReportOutcomeResponse verdict;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(decide->ReportOutcome(&ctx, failure, &verdict).ok());
+  }
+  EXPECT_EQ(verdict.verdict(), v1::VERDICT_TRY_NEXT);  // the verdict stands
+  EXPECT_THAT(verdict.not_saved(), HasSubstr("--min-free-mb"));
+
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto reader = decide->WatchEvents(&watch_ctx, v1::WatchEventsRequest());
+  v1::Event snapshot;
+  ASSERT_TRUE(reader->Read(&snapshot));
+  ASSERT_TRUE(snapshot.has_snapshot());
+  for (const v1::TargetStatus& t : snapshot.snapshot().targets()) {
+    if (t.name() == "a") {
+      EXPECT_NE(t.health(), v1::HEALTH_STATE_DOWN) << "the snapshot holds a trip not on disk";
+    }
+  }
+  disk.Free();
+  // The trip arrives live once the disk took it, after the snapshot's sequence, once.
+  int trips = 0;
+  uint64_t last = snapshot.sequence();
+  v1::Event e;
+  while (reader->Read(&e)) {
+    EXPECT_EQ(e.sequence(), last + 1);
+    last = e.sequence();
+    if (e.has_target_state() && e.target_state().target() == "a" &&
+        e.target_state().to_state() == v1::HEALTH_STATE_DOWN) {
+      ++trips;
+    }
+    if (e.has_chain_switched() && e.chain_switched().to_target() == "b") break;
+  }
+  EXPECT_EQ(trips, 1);
+  watch_ctx.TryCancel();
+}
+
 TEST(DiskFullTest, AStartOnAFullDiskIsRefusedWithAMessageNotAnAbort) {
   if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   SmallDisk disk(16);

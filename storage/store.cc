@@ -1,9 +1,12 @@
 #include "storage/store.h"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -70,7 +73,85 @@ class RoutedLogger final : public rocksdb::Logger {
   std::function<void(absl::string_view)> sink_;
 };
 
+constexpr char kNextSequenceKey[] = "next_sequence";
+
+// The next event sequence as of the last synced write, kept in a small file
+// beside the database. A synced write was acknowledged; if the database
+// opens without it (a write-ahead log cut short reads as a torn tail, which
+// RocksDB drops without a word), the start is refused instead of serving an
+// older state as if it were current.
+constexpr char kWatermarkFile[] = "FAILOVERD-SYNCED";
+
+// 0 when there is no watermark (a data dir from before it, or a new one).
+absl::StatusOr<uint64_t> ReadWatermark(const std::string& data_dir) {
+  std::ifstream in(std::filesystem::path(data_dir) / kWatermarkFile);
+  if (!in) return 0;
+  std::string text;
+  std::getline(in, text);
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n)) {
+    return absl::DataLossError(absl::StrCat("data dir ", data_dir, ": ", kWatermarkFile, " is unreadable (\"",
+                                            text.substr(0, 40), "\"); nothing was changed"));
+  }
+  return n;
+}
+
+// Opens the database read-only and reads it whole: every table's checksums,
+// and the next event sequence against the watermark. Writes nothing, so a
+// refused start leaves the dir exactly as it was.
+absl::Status CheckReadOnly(const rocksdb::DBOptions& options, const std::string& data_dir,
+                           const std::vector<rocksdb::ColumnFamilyDescriptor>& descriptors) {
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status read = rocksdb::DB::OpenForReadOnly(options, data_dir, descriptors, &handles, &db);
+  absl::Status sound = FromRocks(read, data_dir);
+  if (read.ok()) {
+    rocksdb::Status verified = db->VerifyChecksum();
+    if (!verified.ok()) sound = FromRocks(verified, data_dir);
+    rocksdb::ColumnFamilyHandle* meta = handles[static_cast<int>(Family::kMeta)];
+    std::string value;
+    uint64_t stored = 0;
+    const rocksdb::Status s = db->Get(rocksdb::ReadOptions(), meta, kNextSequenceKey, &value);
+    if (s.ok()) DecodeUint64(value, &stored);
+    const absl::StatusOr<uint64_t> watermark = ReadWatermark(data_dir);
+    if (!watermark.ok()) {
+      sound.Update(watermark.status());
+    } else if (sound.ok() && stored < *watermark) {
+      sound = absl::DataLossError(absl::StrCat(
+          "data dir ", data_dir, " lost writes it had acknowledged: it holds events up to ",
+          stored == 0 ? 0 : stored - 1, " but events up to ", *watermark - 1,
+          " were saved (a write-ahead log cut short or damaged?); refusing to serve an older state. Nothing was "
+          "changed (see \"Recovering a data dir\" in the README)"));
+    }
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+    (void)db->Close();
+    delete db;
+  }
+  return sound;
+}
+
 }  // namespace
+
+void Store::WriteWatermark(uint64_t next_sequence) const {
+  // Best effort: a watermark that could not be written is an older one, which
+  // only weakens the check at the next start, never refuses a sound dir.
+  const std::string path = (std::filesystem::path(data_dir_) / kWatermarkFile).string();
+  const std::string tmp = path + ".tmp";
+  const std::string text = absl::StrCat(next_sequence, "\n");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return;
+  }
+  const int dir = ::open(data_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, StoreOptions store_options) {
   std::error_code ec;
@@ -117,17 +198,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
   RETURN_IF_ERROR(store->CheckFreeSpace(0));
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   if (exists) {
-    // Read it once without writing anything: a database that does not read
-    // back whole is refused untouched.
-    rocksdb::DB* check = nullptr;
-    rocksdb::Status read = rocksdb::DB::OpenForReadOnly(options, data_dir, descriptors, &handles, &check);
-    if (read.ok()) {
-      for (auto* h : handles) check->DestroyColumnFamilyHandle(h);
-      handles.clear();
-      read = check->Close();
-      delete check;
-    }
-    RETURN_IF_ERROR(FromRocks(read, data_dir));
+    // Read it whole without writing anything: a database that does not read
+    // back whole, or lost acknowledged writes, is refused untouched.
+    RETURN_IF_ERROR(CheckReadOnly(options, data_dir, descriptors));
   }
   rocksdb::Status s = rocksdb::DB::Open(options, data_dir, descriptors, &handles, &store->db_);
   RETURN_IF_ERROR(FromRocks(s, data_dir));
@@ -139,7 +212,6 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
 namespace {
 
 constexpr char kGenerationKey[] = "generation";
-constexpr char kNextSequenceKey[] = "next_sequence";
 // Cluster mode: the last entry of the replicated Change log written here.
 constexpr char kLogIndexKey[] = "cluster_log_index";
 // Sequences up to here may have been streamed: a start continues after it.
@@ -358,6 +430,7 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
   next_sequence_.store(next, std::memory_order_release);
   oldest_event_.store(oldest);
   if (reserve) reserved_sequence_ = next + kSequenceBlock;
+  if (sync.sync) WriteWatermark(next);
   return absl::OkStatus();
 }
 

@@ -123,6 +123,8 @@ class Store {
   [[nodiscard]] absl::Status CheckSchema();
   [[nodiscard]] absl::Status OpenOrRefuse() const;  // shared lock held
   [[nodiscard]] absl::Status CheckFreeSpace(uint64_t write_bytes) const;
+  // After a synced write: records `next_sequence` in the watermark file (see store.cc).
+  void WriteWatermark(uint64_t next_sequence) const;
   [[nodiscard]] absl::StatusOr<Events> ReadEvents(rocksdb::Iterator* it, bool forward, uint64_t from,
                                                   size_t limit) const;
 

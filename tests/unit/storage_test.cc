@@ -379,5 +379,75 @@ TEST(StoreTest, ADamagedRecordInTheMiddleOfTheWalIsRefusedNotRolledBack) {
   EXPECT_EQ(Listing(dir.path()), before);
 }
 
+// Synced writes that a later start cannot find (the newest WAL cut short,
+// which RocksDB reads as a torn tail and drops) refuse the start: serving the
+// older state would silently roll back what was acknowledged.
+TEST(StoreTest, AWalCutShortIsRefusedNotRolledBack) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    for (int i = 1; i <= 50; ++i) {
+      Change c;
+      c.config_generation = static_cast<uint64_t>(i);
+      c.pins.push_back(PinRecord{"ch" + std::to_string(i), "b"});
+      Event e;
+      e.kind = EventKind::kChainSwitched;
+      e.sequence = static_cast<uint64_t>(i);
+      e.chain = "ch" + std::to_string(i);
+      c.events.push_back(e);
+      c.next_sequence = static_cast<uint64_t>(i) + 1;
+      ASSERT_TRUE(store->Write({&c}).ok());
+    }
+    ASSERT_TRUE(store->Close().ok());
+  }
+  std::string wal;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".log" && entry.file_size() > 0) wal = entry.path().string();
+  }
+  ASSERT_FALSE(wal.empty()) << "the writes should still be in the WAL";
+  std::filesystem::resize_file(wal, std::filesystem::file_size(wal) * 6 / 10);
+  const std::vector<std::string> before = Listing(dir.path());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto refused = Store::Open(dir.path());
+    ASSERT_FALSE(refused.ok()) << "a WAL cut short must not open as an older state";
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("lost writes it had acknowledged"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr("events up to 50 were saved"));
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  }
+  EXPECT_EQ(Listing(dir.path()), before);
+}
+
+// A table file whose blocks do not match their checksums is refused before
+// anything is written: no WAL replayed into new tables, no new manifest.
+TEST(StoreTest, ACorruptTableFileIsRefusedAndTheDirIsLeftAsItWas) {
+  TempDir dir;
+  for (int round = 0; round < 2; ++round) {  // the second open turns the first round's WAL into a table file
+    auto store = OpenOk(dir.path());
+    for (int i = 1; i <= 200; ++i) {
+      Change c;
+      c.config_generation = static_cast<uint64_t>(round * 1000 + i);
+      c.pins.push_back(PinRecord{"chain-with-a-longer-name-" + std::to_string(round * 1000 + i), "b"});
+      ASSERT_TRUE(store->Write({&c}).ok());
+    }
+    ASSERT_TRUE(store->Close().ok());
+  }
+  std::string table;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    if (entry.path().extension() == ".sst" && entry.file_size() > 1024) table = entry.path().string();
+  }
+  ASSERT_FALSE(table.empty()) << "a table file should have been written";
+  {
+    std::fstream f(table, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);  // inside the first data block, which opening does not read
+    f.write("garbage!garbage!garbage!", 24);
+  }
+  const std::vector<std::string> before = Listing(dir.path());
+  auto refused = Store::Open(dir.path());
+  ASSERT_FALSE(refused.ok()) << "a corrupt table file must refuse the start";
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dir.path()));
+  EXPECT_EQ(Listing(dir.path()), before) << "a refused start changed the data dir";
+}
+
 }  // namespace
 }  // namespace failover::storage

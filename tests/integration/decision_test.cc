@@ -3,6 +3,7 @@
 // end on a condition or a deadline.
 #include <chrono>
 #include <thread>
+#include <tuple>
 
 #include "failover/v1/admin.grpc.pb.h"
 #include "failover/v1/decision.grpc.pb.h"
@@ -152,7 +153,19 @@ TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
   v1::ApplyRequest good;
   AddTarget(&good, "a");
   AddTarget(&good, "b");
-  ASSERT_TRUE(Apply(good).ok());
+  v1::ApplyResponse applied;
+  ASSERT_TRUE(Apply(good, &applied).ok());
+  // What a change would move: the generation, the event log, a's state.
+  auto state = [&] {
+    v1::GetTargetRequest a;
+    a.set_name("a");
+    v1::TargetView view;
+    EXPECT_TRUE(admin_->GetTarget(Ctx().get(), a, &view).ok());
+    const std::vector<v1::Event> events = Events();
+    return std::make_tuple(view.config().DebugString(), view.status().health(), view.status().last_error(),
+                           events.empty() ? uint64_t{0} : events.back().sequence());
+  };
+  const auto before = state();
 
   v1::ApplyRequest bad;
   AddTarget(&bad, "c");
@@ -199,6 +212,11 @@ TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
   get.set_name("a");
   ASSERT_TRUE(admin_->GetTarget(Ctx().get(), get, &view).ok());
   EXPECT_EQ(view.config().cost(), 0);
+  // Every refusal above, and the dry run, left the state as it was.
+  EXPECT_EQ(state(), before);
+  v1::ApplyResponse again;
+  ASSERT_TRUE(Apply(good, &again).ok());
+  EXPECT_EQ(again.generation(), applied.generation()) << "a refused or dry-run apply moved the generation";
 }
 
 TEST_F(DecisionIntegrationTest, PinAndStatus) {

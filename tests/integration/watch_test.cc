@@ -305,10 +305,26 @@ TEST_F(WatchTest, RecentEventsDefaultToTwentyAndFilterByChain) {
   ASSERT_TRUE(admin_->ListEvents(Ctx().get(), v1::ListEventsRequest(), &resp).ok());
   EXPECT_EQ(resp.events_size(), 20);
   TripA();
+  v1::PickTargetResponse plan = Pick("two");
+  Report(plan.decision_id(), "c", 500);
+  // Unfiltered, both chains' switches (first the initial, then the trip) are
+  // there; filtered by "two", exactly its own and its targets'.
+  int one_switches = 0, two_switches = 0, c_states = 0;
+  for (const auto& ev : Events()) {
+    one_switches += ev.has_chain_switched() && ev.chain_switched().chain() == "one";
+    two_switches += ev.has_chain_switched() && ev.chain_switched().chain() == "two";
+  }
+  ASSERT_EQ(one_switches, 2);
+  ASSERT_EQ(two_switches, 2);
+  two_switches = 0;
   for (const auto& ev : Events("two")) {
     EXPECT_FALSE(ev.has_chain_switched() && ev.chain_switched().chain() == "one");
     EXPECT_FALSE(ev.has_target_state() && ev.target_state().target() == "a");
+    two_switches += ev.has_chain_switched() && ev.chain_switched().chain() == "two";
+    c_states += ev.has_target_state() && ev.target_state().target() == "c";
   }
+  EXPECT_EQ(two_switches, 2) << "the filter dropped chain two's own switches";
+  EXPECT_EQ(c_states, 1) << "the filter dropped the state of chain two's target c";
 }
 
 TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {

@@ -37,10 +37,15 @@ TEST(EngineConcurrencyTest, PicksReportsAndAdminActionsInterleaveSafely) {
   std::atomic<int> bad_plans{0};
   std::atomic<int64_t> clock_ms{0};
   auto now = [&] { return t0 + absl::Milliseconds(clock_ms.load()); };
+  std::atomic<bool> admin_done{false};
   std::vector<std::thread> threads;
   for (int w = 0; w < 4; ++w) {
     threads.emplace_back([&, w] {
-      for (int i = 0; i < 3000; ++i) {
+      // Reports go on a while after the last admin action, so what they did
+      // last is what the checks below see.
+      int after_admin = 0;
+      for (int i = 0; i < 200000 && after_admin < 300; ++i) {
+        if (i >= 3000 && admin_done.load()) ++after_admin;
         PickRequest pick;
         pick.chain = absl::StrCat("c", (w + i) % 4);
         pick.session_key = i % 3 == 0 ? absl::StrCat("s", i % 7) : "";
@@ -77,13 +82,54 @@ TEST(EngineConcurrencyTest, PicksReportsAndAdminActionsInterleaveSafely) {
       (void)engine.Apply(ConfigChange{{extra}, {}}, ApplyOptions{}, now());
       (void)engine.ListChains();
     }
+    admin_done = true;
   });
   for (auto& t : threads) t.join();
   EXPECT_EQ(bad_plans.load(), 0);
+  // At rest, once the dwell has passed, every failover chain stands where its
+  // targets' health puts it: on a usable target with nothing HEALTHY above it
+  // (else DEGRADED), PRIMARY exactly when that is the first. A transition
+  // whose chains were not re-evaluated, or re-evaluated against a stale
+  // state, would leave a chain elsewhere.
+  // Before any tick: a chain moves off a target the moment it stops being usable.
   for (const ChainView& v : engine.ListChains()) {
-    EXPECT_NE(std::find(v.config.targets.begin(), v.config.targets.end(), v.status.active_target),
-              v.config.targets.end())
-        << v.config.name << " active " << v.status.active_target;
+    if (v.config.strategy != Strategy::kFailover) continue;
+    bool any_usable = false;
+    HealthState on = HealthState::kUnknown;
+    for (const TargetStatus& t : v.status.targets) {
+      any_usable = any_usable || t.health == HealthState::kHealthy || t.health == HealthState::kUnknown;
+      if (t.name == v.status.active_target) on = t.health;
+    }
+    EXPECT_TRUE(!any_usable || on == HealthState::kHealthy || on == HealthState::kUnknown)
+        << v.config.name << " stays on " << v.status.active_target << ", which is " << HealthStateName(on);
+  }
+  clock_ms.fetch_add(1000);
+  Events settled;
+  engine.Tick(now(), &settled);
+  for (const ChainView& v : engine.ListChains()) {
+    if (v.config.strategy != Strategy::kFailover) continue;
+    ASSERT_TRUE(v.status.pinned_target.empty()) << v.config.name;
+    int active = -1;
+    bool any_usable = false;
+    for (size_t i = 0; i < v.status.targets.size(); ++i) {
+      const HealthState h = v.status.targets[i].health;
+      any_usable = any_usable || h == HealthState::kHealthy || h == HealthState::kUnknown;
+      if (v.status.targets[i].name == v.status.active_target) active = static_cast<int>(i);
+    }
+    ASSERT_GE(active, 0) << v.config.name << " active " << v.status.active_target;
+    if (!any_usable) {
+      EXPECT_EQ(v.status.state, ChainState::kDegraded) << v.config.name;
+      continue;
+    }
+    const HealthState on = v.status.targets[active].health;
+    EXPECT_TRUE(on == HealthState::kHealthy || on == HealthState::kUnknown)
+        << v.config.name << " stays on " << v.status.active_target << ", which is " << HealthStateName(on);
+    for (int i = 0; i < active; ++i) {
+      EXPECT_NE(v.status.targets[i].health, HealthState::kHealthy)
+          << v.config.name << " stays on " << v.status.active_target << " below a healthy "
+          << v.status.targets[i].name;
+    }
+    EXPECT_EQ(v.status.state, active == 0 ? ChainState::kPrimary : ChainState::kFallback) << v.config.name;
   }
 }
 

@@ -886,6 +886,19 @@ TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {
   ReportResult r = Report(plan.decision_id, "argus-llm", f);
   EXPECT_EQ(r.verdict, Verdict::kRetrySame);
   EXPECT_EQ(r.retry_delay, absl::Seconds(7));
+  EXPECT_FALSE(r.counted);
+  // Other requests keep off the target while it is held, and come back to it
+  // the moment the hold ends; it never tripped.
+  now_ += absl::Seconds(7) - absl::Milliseconds(1);
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+  now_ += absl::Milliseconds(1);
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
+  EXPECT_EQ(Health("argus-llm"), HealthState::kUnknown);
+  // Without a Retry-After the wait is the policy's rate_limit.hold (10s by
+  // default), and a waiting request's retry is what ends its decision.
+  ReportResult again = Report(Pick("assistant-llm").decision_id, "argus-llm", Http(429));
+  EXPECT_EQ(again.verdict, Verdict::kRetrySame);
+  EXPECT_EQ(again.retry_delay, Policy().rate_limit_hold);
 }
 
 // An id stamped in the future was not made by this process (its clock never

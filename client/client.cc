@@ -150,7 +150,7 @@ bool Client::CoalesceLocked(const v1::ReportOutcomeRequest& req) {
   if (!req.has_success() || buffered_.empty()) return false;
   v1::ReportOutcomeRequest& last = buffered_.back();
   // One that was sent (and came back) keeps what its id stands for.
-  if (last.has_report_id()) return false;
+  if (last.has_report_id() || req.has_report_id()) return false;
   const uint32_t n = std::max<uint32_t>(last.count(), 1);
   if (!last.has_success() || last.target() != req.target() || last.chain() != req.chain() ||
       last.has_latency() != req.has_latency() || last.hedged() || req.hedged() || n >= kMaxCount) {
@@ -230,8 +230,9 @@ void Client::CallBudget::Prepare(const ConnectionOptions& connection, grpc::Clie
 
 void Client::CallBudget::Spend() { left_ -= absl::FromChrono(std::chrono::steady_clock::now() - started_); }
 
-Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp,
+Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcomeResponse* resp,
                             std::string* refusal, CallBudget* budget) {
+  const v1::ReportOutcomeRequest& req = *request;
   if (options_.local != nullptr && options_.local->Ready()) {
     const grpc::Status s = options_.local->Report(req, resp);
     if (!s.ok()) {
@@ -257,6 +258,10 @@ Client::Sent Client::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutco
     return Sent::kDelivered;
   }
   if (SkippingFailoverd()) return Sent::kUnreachable;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    StampLocked(request);
+  }
   grpc::ClientContext ctx;
   budget->Prepare(options_.connection, &ctx);
   const grpc::Status s = stub_->ReportOutcome(&ctx, req, resp);
@@ -468,7 +473,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
     record.latency = out.latency;
     v1::ReportOutcomeResponse verdict;
-    switch (Report(report, &verdict, &h.refusal, budget)) {
+    switch (Report(&report, &verdict, &h.refusal, budget)) {
       case Sent::kDelivered:
         record.verdict = verdict.verdict();
         record.reason = verdict.reason();
@@ -611,10 +616,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     tried.push_back(current.target());
     AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
-    const v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
+    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
     v1::ReportOutcomeResponse verdict;
     std::string refusal;
-    const Sent sent = Report(report, &verdict, &refusal, &budget);
+    const Sent sent = Report(&report, &verdict, &refusal, &budget);
     if (sent == Sent::kRefused) {
       // failoverd answered (the chain was deleted, say): not fail-static.
       result.attempts.push_back(record);

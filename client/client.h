@@ -195,7 +195,9 @@ class Client {
     absl::Duration left_;
     std::chrono::steady_clock::time_point started_;
   };
-  Sent Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp, std::string* refusal,
+  // Stamps `req` with its report id before the first send, so a copy buffered
+  // after a call that did reach failoverd counts once when it is sent again.
+  Sent Report(v1::ReportOutcomeRequest* req, v1::ReportOutcomeResponse* resp, std::string* refusal,
               CallBudget* budget);
   // Returns the backlog's size. A success on the same chain and target as
   // the newest buffered one joins it (ReportOutcomeRequest.count).

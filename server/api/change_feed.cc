@@ -90,10 +90,10 @@ FollowStream* FollowStream::Start(ChangeFeed* feed, const FollowOptions& options
   }
   stream->subscribed_ = true;
   // Changes delivered meanwhile are already queued: the state goes before them.
-  stream->queue_.insert(stream->queue_.begin(), std::make_move_iterator(parts->begin()),
-                        std::make_move_iterator(parts->end()));
-  stream->sizes_.insert(stream->sizes_.begin(), parts->size(), 0);
-  stream->started_ = true;
+  std::vector<Outbox<NoMeta>::Entry> state;
+  for (grpc::ByteBuffer& part : *parts) state.push_back({std::move(part), 0, {}});
+  stream->out_.PushFront(state.begin(), state.end());
+  stream->out_.Open();
   stream->PumpLocked();
   return stream;
 }
@@ -101,40 +101,31 @@ FollowStream* FollowStream::Start(ChangeFeed* feed, const FollowOptions& options
 void FollowStream::Deliver(const grpc::ByteBuffer& update, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
-  if (queue_bytes_ + bytes > options_.queue_bytes) {
+  if (out_.live_bytes() + bytes > options_.queue_bytes) {
     return FinishLocked(grpc::Status(
         grpc::StatusCode::ABORTED,
         absl::StrCat("this follower fell behind by more than ", options_.queue_bytes,
                      " bytes of changes; follow again to start from a fresh state")));
   }
-  queue_.push_back(update);
-  sizes_.push_back(bytes);
-  queue_bytes_ += bytes;
+  out_.PushBack({update, bytes, {}});
   PumpLocked();
 }
 
 void FollowStream::Heartbeat(const grpc::ByteBuffer& heartbeat) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!started_ || finished_ || writing_ || !queue_.empty()) return;
-  queue_.push_back(heartbeat);
-  sizes_.push_back(0);
+  if (!out_.opened() || finished_ || out_.writing() || !out_.empty()) return;
+  out_.PushBack({heartbeat, 0, {}});
   PumpLocked();
 }
 
 void FollowStream::PumpLocked() {
-  if (!started_ || writing_ || finished_ || queue_.empty()) return;
-  current_ = std::move(queue_.front());
-  queue_bytes_ -= sizes_.front();
-  queue_.pop_front();
-  sizes_.pop_front();
-  writing_ = true;
-  StartWrite(&current_);
+  if (finished_) return;
+  if (const grpc::ByteBuffer* next = out_.Next(); next != nullptr) StartWrite(next);
 }
 
 void FollowStream::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  current_.Clear();
+  out_.WriteDone();
   if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
   PumpLocked();
 }
@@ -152,9 +143,7 @@ void FollowStream::OnCancel() {
 void FollowStream::FinishLocked(const grpc::Status& status) {
   if (finished_) return;
   finished_ = true;
-  queue_.clear();
-  sizes_.clear();
-  queue_bytes_ = 0;
+  out_.Clear();
   Finish(status);
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "common/state_mirror.h"
 #include "grpcpp/grpcpp.h"
+#include "server/api/outbox.h"
 #include "server/api/service_context.h"
 
 namespace failover::api {
@@ -82,16 +83,13 @@ class FollowStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pu
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  struct NoMeta {};
   ChangeFeed* const feed_;
   const FollowOptions options_;
   std::mutex mu_;
   bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;  // the starting state is queued
-  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
-  size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // live Changes only, not the starting state
-  std::deque<size_t> sizes_ ABSL_GUARDED_BY(mu_);  // bytes of each queued entry (0 for state parts)
-  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // The starting state (opening) and the Changes after it; open once the state is queued.
+  Outbox<NoMeta> out_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -71,7 +71,7 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   worker_->EnsureRunning();  // its stall checks cover this watcher from now on
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   // The opening: the stored events after the requested sequence, or a snapshot.
-  std::deque<Queued> opening;
+  std::vector<Entry> opening;
   absl::Status serialized = absl::OkStatus();
   bool replayed = false;
   if (request.has_after_sequence() && request.after_sequence() <= last && options_.history) {
@@ -83,8 +83,8 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
         if (e.sequence > last || !Matches(e)) continue;
         v1::Event proto;
         EventToProto(e, &proto);
-        Queued& q = opening.emplace_back();
-        q.sequence = e.sequence;
+        Entry& q = opening.emplace_back();
+        q.meta.sequence = e.sequence;
         serialized.Update(SerializeMessage(proto, &q.wire));
       }
       replayed = true;
@@ -93,13 +93,13 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   last_seen_ = std::max(last_seen_, last);
-  opened_ = true;
+  out_.Open();
   if (!replayed) {
     RequestSnapshotLocked(request.has_after_sequence());
     return;
   }
   // Live events that arrived meanwhile are already queued; the opening goes first.
-  queue_.insert(queue_.begin(), std::make_move_iterator(opening.begin()), std::make_move_iterator(opening.end()));
+  out_.PushFront(opening.begin(), opening.end());
   PumpLocked();
 }
 
@@ -156,16 +156,13 @@ void WatchStream::SnapshotReady(std::shared_ptr<const SnapshotParts> parts) {
   }
   if (!parts->status.ok()) return FinishLocked(ToGrpcStatus(parts->status));
   // Live events the snapshot already contains are not sent again.
-  while (!queue_.empty() && queue_.front().sequence <= parts->sequence) {
-    queue_bytes_ -= queue_.front().bytes;
-    queue_.pop_front();
-  }
+  out_.DropFrontWhile([&](const Meta& m) { return m.sequence <= parts->sequence; });
   for (size_t i = parts->wire.size(); i-- > 0;) {
-    Queued q;
-    q.sequence = parts->sequence;
+    Entry q;
+    q.meta.sequence = parts->sequence;
     q.wire = parts->wire[i];  // shares the serialized slices with every watcher of this build
-    q.resumable = i + 1 == parts->wire.size();
-    queue_.push_front(std::move(q));
+    q.meta.resumable = i + 1 == parts->wire.size();
+    out_.PushFront(std::move(q));
   }
   last_seen_ = std::max(last_seen_, parts->sequence);
   snapshot_sequence_ = std::max(snapshot_sequence_, parts->sequence);
@@ -181,16 +178,15 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
     // A snapshot read from the published state may already hold an event the
     // log hands out just after it: never sent twice.
     if (resync_ || e.sequence <= snapshot_sequence_ || !Matches(e)) continue;
-    Queued& q = queue_.emplace_back();
-    q.sequence = e.sequence;
+    Entry q;
+    q.meta.sequence = e.sequence;
     q.wire = wire[i];  // shares the serialized slices
     q.bytes = q.wire.Length();
-    queue_bytes_ += q.bytes;
-    if (queue_.size() > options_.queue_limit || queue_bytes_ > options_.queue_bytes) {
+    out_.PushBack(std::move(q));
+    if (out_.size() > options_.queue_limit || out_.live_bytes() > options_.queue_bytes) {
       // Too far behind: drop the live events; a fresh snapshot replaces them
       // (snapshot parts already queued stay: they are the watcher's base).
-      while (!queue_.empty() && queue_.back().bytes > 0) queue_.pop_back();
-      queue_bytes_ = 0;
+      out_.DropLive();
       resync_ = true;
       if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
     }
@@ -199,10 +195,10 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
 }
 
 void WatchStream::PumpLocked() {
-  // Nothing goes out before the opening (the replay or the snapshot request)
-  // is in place: a live event delivered meanwhile waits behind it.
-  if (writing_ || finished_ || awaiting_snapshot_ || !opened_) return;
-  if (queue_.empty()) {
+  // The outbox writes nothing before the opening (the replay, or the snapshot
+  // request) is in place: a live event delivered meanwhile waits behind it.
+  if (finished_ || awaiting_snapshot_ || !out_.opened() || out_.writing()) return;
+  if (out_.empty()) {
     // After what was queued before it (snapshot parts, replays) is sent.
     if (resync_) {
       resync_ = false;
@@ -210,29 +206,22 @@ void WatchStream::PumpLocked() {
     }
     return;
   }
-  Queued& next = queue_.front();
-  current_ = std::move(next.wire);
-  current_meta_.sequence = next.sequence;
-  current_meta_.resumable = next.resumable;
-  queue_bytes_ -= next.bytes;
-  queue_.pop_front();
-  writing_ = true;
+  const grpc::ByteBuffer* next = out_.Next();
   write_started_ = std::chrono::steady_clock::now();
-  StartWrite(&current_);
+  StartWrite(next);
 }
 
 void WatchStream::OnWriteDone(bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  current_.Clear();
+  const Meta written = out_.WriteDone();
   if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
-  if (current_meta_.resumable) last_sent_ = std::max(last_sent_, current_meta_.sequence);
+  if (written.resumable) last_sent_ = std::max(last_sent_, written.sequence);
   PumpLocked();
 }
 
 std::function<void()> WatchStream::StalledDrop() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_ || dropping_ || !writing_ || options_.stall_timeout <= absl::ZeroDuration()) return {};
+  if (finished_ || dropping_ || !out_.writing() || options_.stall_timeout <= absl::ZeroDuration()) return {};
   const auto stuck = std::chrono::steady_clock::now() - write_started_;
   if (stuck < absl::ToChronoMilliseconds(options_.stall_timeout)) return {};
   dropping_ = true;
@@ -272,8 +261,7 @@ void WatchStream::OnCancel() {
 void WatchStream::FinishLocked(const grpc::Status& status) {
   if (finished_) return;
   finished_ = true;
-  queue_.clear();
-  queue_bytes_ = 0;
+  out_.Clear();
   Finish(status);
 }
 

@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "server/api/event_log.h"
+#include "server/api/outbox.h"
 #include "server/api/service_context.h"
 #include "server/api/watch_worker.h"
 
@@ -56,12 +57,11 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   void OnDone() override;
 
  private:
-  struct Queued {
+  struct Meta {
     uint64_t sequence = 0;
-    grpc::ByteBuffer wire;
-    size_t bytes = 0;  // counted against queue_bytes (0 for snapshot parts and replays)
     bool resumable = true;  // a client may resume after it (false for a snapshot part with more)
   };
+  using Entry = Outbox<Meta>::Entry;
 
   WatchStream(const ServiceContext& ctx, const WatchOptions& options, WatchWorker* worker,
               grpc::CallbackServerContext* call, const failover::v1::WatchEventsRequest& request);
@@ -84,17 +84,14 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   std::atomic<int> refs_{1};
 
   std::mutex mu_;
-  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
-  size_t queue_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the event being written, serialized
+  // The opening (replay or snapshot) and live events; open once the opening
+  // is queued or requested. Live events count against queue_bytes.
+  Outbox<Meta> out_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point write_started_ ABSL_GUARDED_BY(mu_);
   uint64_t last_seen_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_sent_ ABSL_GUARDED_BY(mu_) = 0;  // sequence of the last event fully written
-  Queued current_meta_ ABSL_GUARDED_BY(mu_);  // sequence and resumable of current_
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool awaiting_snapshot_ ABSL_GUARDED_BY(mu_) = false;
-  bool opened_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the newest snapshot sent covers up to here  // the opening is queued or requested
+  uint64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the newest snapshot covers events up to here
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool dropping_ ABSL_GUARDED_BY(mu_) = false;

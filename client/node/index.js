@@ -374,20 +374,50 @@ function failureFromStatus(status, message = '', retryAfterSeconds = undefined) 
 
 const TRANSPORT_ERRORS = {
   ECONNREFUSED: 'TRANSPORT_ERROR_CONNECT_REFUSED', ENOTFOUND: 'TRANSPORT_ERROR_DNS', EAI_AGAIN: 'TRANSPORT_ERROR_DNS',
-  ECONNRESET: 'TRANSPORT_ERROR_RESET', EPIPE: 'TRANSPORT_ERROR_RESET', ETIMEDOUT: 'TRANSPORT_ERROR_TIMEOUT',
-  UND_ERR_CONNECT_TIMEOUT: 'TRANSPORT_ERROR_TIMEOUT', ERR_TLS_CERT_ALTNAME_INVALID: 'TRANSPORT_ERROR_TLS',
-  DEPTH_ZERO_SELF_SIGNED_CERT: 'TRANSPORT_ERROR_TLS', CERT_HAS_EXPIRED: 'TRANSPORT_ERROR_TLS',
-  UNABLE_TO_VERIFY_LEAF_SIGNATURE: 'TRANSPORT_ERROR_TLS',
+  ECONNRESET: 'TRANSPORT_ERROR_RESET', EPIPE: 'TRANSPORT_ERROR_RESET', UND_ERR_SOCKET: 'TRANSPORT_ERROR_RESET',
+  UND_ERR_CLOSED: 'TRANSPORT_ERROR_RESET', ERR_STREAM_PREMATURE_CLOSE: 'TRANSPORT_ERROR_RESET',
+  ETIMEDOUT: 'TRANSPORT_ERROR_TIMEOUT', ECONNABORTED: 'TRANSPORT_ERROR_TIMEOUT',  // axios: its `timeout` passed
+  UND_ERR_CONNECT_TIMEOUT: 'TRANSPORT_ERROR_TIMEOUT', UND_ERR_HEADERS_TIMEOUT: 'TRANSPORT_ERROR_TIMEOUT',
+  UND_ERR_BODY_TIMEOUT: 'TRANSPORT_ERROR_TIMEOUT', EPROTO: 'TRANSPORT_ERROR_TLS',
 };
+const TLS_CODE = /^(ERR_SSL_|ERR_TLS_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_)/;
 
-// The Failure for a call that got no HTTP reply (Node's error codes; fetch
-// puts them on err.cause).
+// What one error of a chain says: 'timeout', 'cancelled', a transport error, or null.
+function judge(e) {
+  if (!e || typeof e !== 'object') return null;
+  const names = [e.name, e.constructor && e.constructor.name].filter((n) => typeof n === 'string');
+  const code = typeof e.code === 'string' ? e.code : '';
+  // A deadline the library or the caller's AbortSignal.timeout set.
+  if (names.some((n) => /Timeout/.test(n)) || e.code === 23) return 'TRANSPORT_ERROR_TIMEOUT';
+  // The caller's own abort (AbortController, axios's CanceledError, the SDKs' user abort).
+  if (names.some((n) => /Abort|Cancel/.test(n)) || code === 'ERR_CANCELED' || code === 'ABORT_ERR' || e.code === 20) {
+    return 'cancelled';
+  }
+  if (TRANSPORT_ERRORS[code]) return TRANSPORT_ERRORS[code];
+  if (TLS_CODE.test(code)) return 'TRANSPORT_ERROR_TLS';
+  return null;
+}
+
+// The Failure for a call that got no HTTP reply: refused, DNS, reset, TLS,
+// timeout. Takes what fetch (undici), axios or the openai and anthropic SDKs
+// threw and follows the causes it wraps (err.cause) to the one that says what
+// happened; the outermost that says anything decides. A caller's own abort is
+// `cancelled` (never counted against the target); only a deadline is a timeout.
 function failureFromError(err, afterFirstByte = false) {
-  const code = (err && (err.code || (err.cause && err.cause.code))) || '';
-  const timeout = err && (err.name === 'TimeoutError' || err.name === 'AbortError');
-  return {transport_error: TRANSPORT_ERRORS[code] || (timeout ? 'TRANSPORT_ERROR_TIMEOUT' : 'TRANSPORT_ERROR_UNSPECIFIED'),
-    message: String(err && err.message ? err.message : err).slice(0, 1024),
-    phase: afterFirstByte ? 'PHASE_AFTER_FIRST_BYTE' : 'PHASE_BEFORE_RESPONSE'};
+  const phase = afterFirstByte ? 'PHASE_AFTER_FIRST_BYTE' : 'PHASE_BEFORE_RESPONSE';
+  const message = String(err && err.message ? err.message : err).slice(0, 1024);
+  const chain = [];
+  for (let e = err; e && typeof e === 'object' && chain.length < 16 && !chain.includes(e); e = e.cause) chain.push(e);
+  let verdict = null;
+  for (const e of chain) {
+    verdict = judge(e);
+    if (verdict) break;
+  }
+  if (!verdict && chain.some((e) => /Connection/.test((e.constructor && e.constructor.name) || ''))) {
+    verdict = 'TRANSPORT_ERROR_CONNECT_REFUSED';  // an SDK's connection error with no cause that says more
+  }
+  if (verdict === 'cancelled') return {cancelled: true, message, phase};
+  return {transport_error: verdict || 'TRANSPORT_ERROR_UNSPECIFIED', message, phase};
 }
 
 module.exports = {Client, failureFromResponse, failureFromStatus, failureFromError};

@@ -12,7 +12,7 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const {Client, failureFromStatus} = require('failoverd-client');
+const {Client, failureFromStatus, failureFromError} = require('failoverd-client');
 
 const BINARY = process.env.FAILOVERD_BINARY;
 const PROTO_DIR = path.join(path.dirname(require.resolve('failoverd-client')), 'proto');
@@ -135,7 +135,9 @@ test('killed mid-run: serves from the last plan, sends the backlog after a resta
 
 test('a hung failoverd costs one deadline, then nothing', () => withServer(async (s) => {
   await admin(s.current.address, 'Apply', config);
-  const client = new Client({server: s.current.address, timeoutMs: 1000, downBackoffMs: 100, maxDownBackoffMs: 200});
+  // The call timeout is far above what a request may take when it does not
+  // wait on failoverd, even on a loaded machine.
+  const client = new Client({server: s.current.address, timeoutMs: 5000, downBackoffMs: 100, maxDownBackoffMs: 200});
   assert.ok(!(await client.run('ch', okOn('a'))).failStatic);
   s.current.proc.kill('SIGSTOP');
   assert.ok(await eventually(() => processState(s.current.proc.pid) === 'T'));  // the stop is asynchronous
@@ -149,7 +151,7 @@ test('a hung failoverd costs one deadline, then nothing', () => withServer(async
     assert.ok(r.ok && r.failStatic);
     await new Promise((resolve) => setImmediate(resolve));  // let the client's timer run, as a real server would
   }
-  assert.ok(slowest < 500, `a request waited on the hung failoverd (${slowest} ms)`);
+  assert.ok(slowest < 2500, `a request waited for the deadline on the hung failoverd (${slowest} ms)`);
   s.current.proc.kill('SIGCONT');
   assert.ok(await eventually(async () => !(await client.run('ch', okOn('a'))).failStatic));
   client.close();
@@ -182,5 +184,113 @@ test('tokens are sent', async () => {
     client.close();
   } finally {
     await s.stop();
+  }
+});
+
+// Upstreams that fail the way real ones do, on loopback: a port nobody listens
+// on, a name that does not resolve, one that accepts and never answers, and a
+// plain-text server behind an https URL.
+async function mockUpstreams() {
+  const sockets = [];
+  const serve = (onConnection) => new Promise((resolve) => {
+    const server = net.createServer((socket) => {
+      sockets.push(socket);
+      socket.on('error', () => {});
+      onConnection(socket);
+    });
+    server.listen(0, '127.0.0.1', () => resolve(server));
+  });
+  const silent = await serve(() => {});
+  const plain = await serve((socket) => socket.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'));
+  return {
+    refused: `http://127.0.0.1:${await freePort()}/v1`,
+    dns: 'http://failoverd-test-upstream.invalid/v1',
+    silent: `http://127.0.0.1:${silent.address().port}/v1`,
+    notTls: `https://127.0.0.1:${plain.address().port}/v1`,
+    close() {
+      for (const s of sockets) s.destroy();
+      silent.close();
+      plain.close();
+    },
+  };
+}
+
+// What each library throws, as a caller would catch it.
+const LIBRARIES = {
+  fetch: (url, signal) => fetch(`${url}/chat`, {signal: signal || AbortSignal.timeout(500)}),
+  axios: (url, signal) => require('axios').get(`${url}/chat`, {timeout: 500, signal}),
+  openai: (url, signal) => {
+    const OpenAI = require('openai');
+    const client = new (OpenAI.default || OpenAI)({apiKey: 'sk-test', baseURL: url, maxRetries: 0, timeout: 500});
+    return client.chat.completions.create({model: 'm', messages: [{role: 'user', content: 'hi'}]}, {signal});
+  },
+};
+const CASES = {
+  refused: ['TRANSPORT_ERROR_CONNECT_REFUSED', 'FAILURE_REASON_NETWORK'],
+  dns: ['TRANSPORT_ERROR_DNS', 'FAILURE_REASON_NETWORK'],
+  silent: ['TRANSPORT_ERROR_TIMEOUT', 'FAILURE_REASON_TIMEOUT'],
+  notTls: ['TRANSPORT_ERROR_TLS', 'FAILURE_REASON_NETWORK'],
+};
+
+test('fetch, axios and the openai SDK: every way to fail reaches the next target', () => withServer(async (s) => {
+  const upstreams = await mockUpstreams();
+  const targets = [];
+  const chains = [];
+  for (const lib of Object.keys(LIBRARIES)) {
+    for (const c of Object.keys(CASES)) {
+      targets.push({name: `${lib}-${c}-dead`}, {name: `${lib}-${c}-ok`});
+      chains.push({name: `${lib}-${c}`, targets: [`${lib}-${c}-dead`, `${lib}-${c}-ok`]});
+    }
+  }
+  await admin(s.current.address, 'Apply', {targets, chains});
+  const client = new Client({server: s.current.address});
+  try {
+    for (const [lib, call] of Object.entries(LIBRARIES)) {
+      for (const [c, [transport, reason]] of Object.entries(CASES)) {
+        const seen = [];
+        const r = await client.run(`${lib}-${c}`, async (a) => {
+          if (a.target.endsWith('-ok')) return {ok: true, response: 'served'};
+          try {
+            await call(upstreams[c]);
+            return {ok: true};
+          } catch (err) {
+            const failure = failureFromError(err);
+            seen.push(failure);
+            return {ok: false, failure};
+          }
+        });
+        const what = `${lib} ${c}: ${JSON.stringify(seen)}`;
+        assert.strictEqual(seen.length, 1, what);
+        assert.strictEqual(seen[0].transport_error, transport, what);
+        assert.ok(r.ok, `${what}: ${r.error}`);
+        assert.strictEqual(r.servedBy, `${lib}-${c}-ok`, what);
+        assert.strictEqual(r.attempts[0].reason, reason, what);
+        assert.strictEqual(r.attempts[0].verdict, 'VERDICT_TRY_NEXT', what);
+      }
+    }
+  } finally {
+    client.close();
+    upstreams.close();
+  }
+}));
+
+// A caller's own abort is `cancelled`: it never counts and never takes the
+// upstream down. (It was reported as a timeout, which took a healthy provider
+// DOWN.)
+test('a caller\'s abort is cancelled, never a timeout', async () => {
+  const upstreams = await mockUpstreams();
+  try {
+    for (const [lib, call] of Object.entries(LIBRARIES)) {
+      const controller = new AbortController();
+      const pending = call(upstreams.silent, controller.signal);
+      setTimeout(() => controller.abort(), 50);
+      const err = await pending.then(() => null, (e) => e);
+      assert.ok(err, `${lib}: the call did not fail`);
+      const failure = failureFromError(err);
+      assert.strictEqual(failure.cancelled, true, `${lib}: ${JSON.stringify(failure)} from ${err.name}`);
+      assert.strictEqual(failure.transport_error, undefined, lib);
+    }
+  } finally {
+    upstreams.close();
   }
 });

@@ -111,7 +111,8 @@ export class Client {
   flush(): Promise<number>;
   readonly bufferedReports: number;
   readonly droppedReports: number;
-  close(): void;
+  /** Sends the reports not sent yet (for at most flushTimeoutMs, default 2000), then closes the channel. */
+  close(flushTimeoutMs?: number): Promise<void>;
 }
 
 export function failureFromResponse(status: number, headers?: Record<string, string> | Map<string, string>

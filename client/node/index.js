@@ -2,6 +2,7 @@
 // failoverd, fail-static when it is away (the last plan seen, reports
 // buffered), a hung failoverd noticed once, successes never waited for.
 'use strict';
+const crypto = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
@@ -71,6 +72,10 @@ class Client {
     this._backoffMs = 0;  // 0: failoverd answers
     this._closed = false;
     this._timer = null;
+    // Report ids: failoverd counts a report sent again (a batch whose call
+    // failed mid-way) once. Random per client; sequences rise from 1.
+    this._sender = crypto.randomBytes(16).toString('hex');
+    this._nextSequence = 1;
     this._schedule(o.flushIntervalMs);
   }
 
@@ -82,9 +87,16 @@ class Client {
   get bufferedReports() { return this._buffer.reduce((n, r) => n + Math.max(r.count || 0, 1), 0); }
   get droppedReports() { return this._dropped; }
 
-  close() {
+  // Sends the reports not sent yet, for at most flushTimeoutMs (a short-lived
+  // process would lose them otherwise), then closes the channel; what failoverd
+  // did not take by then is dropped and counted in droppedReports.
+  async close(flushTimeoutMs = 2000) {
+    if (this._closed) return;
     this._closed = true;
     if (this._timer) clearTimeout(this._timer);
+    if (flushTimeoutMs > 0 && this._buffer.length > 0) await this._flush(Date.now() + flushTimeoutMs);
+    this._dropped += this.bufferedReports;
+    this._buffer = [];
     this._stub.close();
   }
 
@@ -205,9 +217,9 @@ class Client {
     });
   }
 
-  _streamOutcomes(reports) {
+  _streamOutcomes(reports, deadline = null) {
     return new Promise((resolve, reject) => {
-      const call = this._stub.StreamOutcomes(this._metadata(), {deadline: this._callDeadline(null)},
+      const call = this._stub.StreamOutcomes(this._metadata(), {deadline: this._callDeadline(deadline)},
           (err, summary) => (err ? reject(err) : resolve(summary)));
       for (const r of reports) call.write(r);
       call.end();
@@ -263,8 +275,9 @@ class Client {
   _queue(report) {
     const last = this._buffer[this._buffer.length - 1];
     const n = last ? Math.max(last.count || 0, 1) : 0;
+    // A report that was sent (and came back) keeps what its id stands for.
     if (last && report.success && last.success && last.target === report.target && last.chain === report.chain &&
-        !!last.latency === !!report.latency && n < MAX_COUNT) {
+        !!last.latency === !!report.latency && n < MAX_COUNT && !last.report_id && !report.report_id) {
       if (report.latency) {
         const mean = seconds(last.latency) + (seconds(report.latency) - seconds(last.latency)) / (n + 1);
         last.latency = duration(mean);
@@ -315,18 +328,24 @@ class Client {
     this._schedule(this._backoffMs > 0 ? this._backoffMs : this._o.flushIntervalMs);
   }
 
-  async _flush() {
+  // Sends the backlog while failoverd answers; with a deadline (close), also to
+  // a failoverd last seen down, and only until the deadline.
+  async _flush(deadline = null) {
     let delivered = 0;
-    while (this._backoffMs === 0 && this._buffer.length > 0) {
+    while ((deadline !== null || this._backoffMs === 0) && this._buffer.length > 0) {
+      if (deadline !== null && Date.now() >= deadline) return delivered;
       const batch = this._buffer.splice(0, BATCH);
+      for (const r of batch) {
+        if (!r.report_id) r.report_id = {sender: this._sender, sequence: this._nextSequence++};
+      }
       try {
-        const summary = await this._streamOutcomes(batch);
+        const summary = await this._streamOutcomes(batch, deadline);
         this._note(true);
         delivered += summary.refused === 0 ? batch.reduce((n, r) => n + Math.max(r.count || 0, 1), 0) : summary.accepted;
       } catch (err) {
         if (!unreachable(err)) continue;  // refused whole: sending it again would not help
         this._note(false);
-        // At least once: a batch cut off mid-way is sent again, ahead of newer ones.
+        // Sent again whole, ahead of newer ones; the report ids make it count once.
         this._buffer.unshift(...batch.slice(0, Math.max(0, this._o.maxBufferedReports - this._buffer.length)));
         return delivered;
       }

@@ -294,3 +294,29 @@ test('a caller\'s abort is cancelled, never a timeout', async () => {
     upstreams.close();
   }
 });
+
+// A short-lived process: its successes wait in the backlog (flushed every
+// minute here) and must reach failoverd when it closes the client.
+test('close sends what is buffered', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address, flushIntervalMs: 60000});
+  const r = await client.run('ch', okOn('a'));
+  assert.ok(r.ok, r.error);
+  assert.ok(client.bufferedReports > 0);
+  await client.close();
+  assert.strictEqual(client.bufferedReports, 0);
+  assert.strictEqual(client.droppedReports, 0);
+  const view = await admin(s.current.address, 'GetTarget', {name: 'a'});
+  assert.strictEqual(view.status.health, 'HEALTH_STATE_HEALTHY', 'the success never reached failoverd');
+}));
+
+test('close gives up on an absent failoverd within its bound', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address, flushIntervalMs: 60000});
+  assert.ok((await client.run('ch', okOn('a'))).ok);
+  await s.current.stop('SIGKILL');
+  const start = Date.now();
+  await client.close(500);
+  assert.ok(Date.now() - start < 5000, `close took ${Date.now() - start} ms`);
+  assert.ok(client.droppedReports > 0);
+}));

@@ -167,6 +167,38 @@ class ClientTest(unittest.TestCase):
             self.assertIn("deadline", r.error)
             self.assertEqual(r.attempts, [])
 
+    def test_close_sends_what_is_buffered(self):
+        # A short-lived process: its successes wait in the backlog (flushed every
+        # minute here) and must reach failoverd when it closes the client.
+        client = Client(self.server.address, flush_interval=60)
+        self.assertTrue(client.run("ch", ok_on("a")).ok)
+        self.assertGreater(client.buffered_reports, 0)
+        client.close()
+        self.assertEqual(client.buffered_reports, 0)
+        self.assertEqual(client.dropped_reports, 0)
+        view = admin_call(self.server.address, "GetTarget", admin_pb2.GetTargetRequest(name="a"))
+        self.assertEqual(view.status.health, types_pb2.HEALTH_STATE_HEALTHY, "the success never reached failoverd")
+
+    def test_close_gives_up_on_an_absent_failoverd_within_its_bound(self):
+        client = Client(self.server.address, flush_interval=60)
+        self.assertTrue(client.run("ch", ok_on("a")).ok)
+        self.server.stop(signal.SIGKILL)
+        start = time.monotonic()
+        client.close(flush_timeout=0.5)
+        self.assertLess(time.monotonic() - start, 5.0)
+        self.assertGreater(client.dropped_reports, 0)
+
+    def test_asyncio_close_sends_what_is_buffered(self):
+        async def main():
+            async with AsyncClient(self.server.address, flush_interval=60) as client:
+                async def attempt(a, ctx):
+                    return ok_on("b")(a, ctx)
+                r = await client.run("ch", attempt)
+                self.assertTrue(r.ok, r.error)
+        asyncio.run(main())
+        view = admin_call(self.server.address, "GetTarget", admin_pb2.GetTargetRequest(name="b"))
+        self.assertEqual(view.status.health, types_pb2.HEALTH_STATE_HEALTHY, "the success never reached failoverd")
+
     def test_asyncio_form(self):
         async def main():
             client = AsyncClient(self.server.address, timeout=2)

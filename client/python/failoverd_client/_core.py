@@ -3,6 +3,7 @@ plans, the bounded report buffer and the record of whether failoverd answers."""
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -96,6 +97,9 @@ class Shared:
         self._down_backoff = down_backoff
         self._max_down_backoff = max_down_backoff
         self._backoff = 0.0  # 0: failoverd answers
+        # Report ids (failoverd counts a report sent again once): random per client.
+        self._sender = os.urandom(16).hex()
+        self._next_sequence = 1
 
     # --- plans -----------------------------------------------------------
     def remember(self, chain: str, attempts: Sequence[decision_pb2.Attempt]) -> None:
@@ -125,7 +129,9 @@ class Shared:
         with self._lock:
             last = self._buffer[-1] if self._buffer else None
             n = max(last.count, 1) if last is not None else 0
+            # A report that was sent (and came back) keeps what its id stands for.
             if (last is not None and report.HasField("success") and last.HasField("success")
+                    and not last.HasField("report_id") and not report.HasField("report_id")
                     and last.target == report.target and last.chain == report.chain
                     and last.HasField("latency") == report.HasField("latency") and n < MAX_COUNT):
                 if report.HasField("latency"):
@@ -142,11 +148,26 @@ class Shared:
             return len(self._buffer)
 
     def take(self, limit: int = BATCH) -> List[decision_pb2.ReportOutcomeRequest]:
+        """The next batch to send, each report stamped with its id when first taken:
+        a batch sent again after its call failed counts once at failoverd."""
         with self._lock:
             batch = []
             while self._buffer and len(batch) < limit:
-                batch.append(self._buffer.popleft())
+                report = self._buffer.popleft()
+                if not report.HasField("report_id"):
+                    report.report_id.sender = self._sender
+                    report.report_id.sequence = self._next_sequence
+                    self._next_sequence += 1
+                batch.append(report)
             return batch
+
+    def drop_all(self) -> int:
+        """Forgets the backlog (counted in `dropped`); returns how many reports it held."""
+        with self._lock:
+            n = sum(max(r.count, 1) for r in self._buffer)
+            self._buffer.clear()
+            self.dropped += n
+            return n
 
     def requeue(self, batch: List[decision_pb2.ReportOutcomeRequest]) -> None:
         with self._lock:

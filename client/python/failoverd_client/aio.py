@@ -8,7 +8,8 @@ on grpc.aio, for callers written with async/await.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, List, Optional, Sequence, Tuple
+import time
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 import grpc
 from failover.v1 import decision_pb2, decision_pb2_grpc
@@ -47,14 +48,26 @@ class AsyncClient:
     def dropped_reports(self) -> int:
         return self._shared.dropped
 
-    async def close(self) -> None:
+    async def close(self, flush_timeout: float = 2.0) -> None:
+        """Sends the reports not sent yet, for at most `flush_timeout` seconds, then
+        stops the background task and closes the channel; what failoverd did not
+        take by then is dropped and counted in dropped_reports."""
         if self._task is not None:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if flush_timeout > 0 and self._shared.buffered():
+            await self._flush(deadline=time.monotonic() + flush_timeout)
+        self._shared.drop_all()
         await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
 
     async def run(self, chain: str, attempt: AsyncAttemptFn, *, body_bytes: int = 0, session_key: str = "",
                   request_id: str = "", exclude_targets: Sequence[str] = (),
@@ -206,15 +219,18 @@ class AsyncClient:
         self._shared.note(reached)
         return reached
 
-    async def _flush(self) -> int:
+    async def _flush(self, deadline: Optional[float] = None) -> int:
+        """As Client._flush: with a deadline (close), also to a failoverd last seen down."""
         delivered = 0
-        while not self._shared.down():
+        while deadline is not None or not self._shared.down():
+            timeout = self._timeout if deadline is None else min(self._timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                return delivered
             batch = self._shared.take()
             if not batch:
                 return delivered
             try:
-                summary = await self._stub.StreamOutcomes(iter(batch), timeout=self._timeout,
-                                                          metadata=self._metadata)
+                summary = await self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
                 self._shared.note(True)
                 delivered += sum(max(r.count, 1) for r in batch) if summary.refused == 0 else summary.accepted
             except grpc.RpcError as e:

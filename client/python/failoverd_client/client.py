@@ -77,11 +77,17 @@ class Client:
     def dropped_reports(self) -> int:
         return self._shared.dropped
 
-    def close(self) -> None:
-        """Stops the client's thread (reports not sent yet are dropped) and closes the channel."""
+    def close(self, flush_timeout: float = 2.0) -> None:
+        """Sends the reports not sent yet, for at most `flush_timeout` seconds (a
+        short-lived process would lose them otherwise), then stops the client's
+        thread and closes the channel. Reports failoverd did not take by then are
+        dropped and counted in dropped_reports."""
         self._stop.set()
         self._wake.set()
         self._thread.join()
+        if flush_timeout > 0 and self._shared.buffered():
+            self._flush(deadline=time.monotonic() + flush_timeout)
+        self._shared.drop_all()
         self._channel.close()
 
     def __enter__(self) -> "Client":
@@ -249,14 +255,19 @@ class Client:
         self._shared.note(reached)
         return reached
 
-    def _flush(self) -> int:
+    def _flush(self, deadline: Optional[float] = None) -> int:
+        """Sends the backlog while failoverd answers; with a deadline (close), also
+        to a failoverd last seen down, and only until the deadline."""
         delivered = 0
-        while not self._shared.down():
+        while deadline is not None or not self._shared.down():
+            timeout = self._timeout if deadline is None else min(self._timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                return delivered
             batch = self._shared.take()
             if not batch:
                 return delivered
             try:
-                summary = self._stub.StreamOutcomes(iter(batch), timeout=self._timeout, metadata=self._metadata)
+                summary = self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
                 self._shared.note(True)
                 # Refused ones would never be accepted: gone.
                 delivered += sum(max(r.count, 1) for r in batch) if summary.refused == 0 else summary.accepted
@@ -264,6 +275,6 @@ class Client:
                 if not unreachable(e):
                     continue  # refused whole by failoverd itself: sending again would not help
                 self._shared.note(False)
-                self._shared.requeue(batch)  # at least once: a batch cut off mid-way is sent again
+                self._shared.requeue(batch)  # sent again whole; the report ids make it count once
                 return delivered
         return delivered

@@ -132,11 +132,18 @@ size_t Client::Buffer(v1::ReportOutcomeRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   if (CoalesceLocked(req)) return buffered_.size();
   buffered_.push_back(std::move(req));
-  while (buffered_.size() > options_.max_buffered_reports) {
-    buffered_.pop_front();
-    ++dropped_;
-  }
+  while (buffered_.size() > options_.max_buffered_reports) DropOneLocked();
   return buffered_.size();
+}
+
+void Client::DropOneLocked() {
+  // The oldest success goes first: during an outage successes pile up, and the
+  // failures are what decide whether a target trips.
+  auto victim = std::find_if(buffered_.begin(), buffered_.end(),
+                             [](const v1::ReportOutcomeRequest& r) { return r.has_success(); });
+  if (victim == buffered_.end()) victim = buffered_.begin();
+  dropped_ += std::max<uint32_t>(victim->count(), 1);
+  buffered_.erase(victim);
 }
 
 void Client::StampLocked(v1::ReportOutcomeRequest* req) {

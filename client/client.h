@@ -6,7 +6,7 @@
 // SetDeclaredOrder), with the target that last served the chain first, and
 // tries those targets in order; if a report cannot be
 // sent mid-loop, it carries on down the plan the same way. Reports that could
-// not be sent are buffered (bounded, oldest dropped) and sent by a thread of
+// not be sent are buffered (bounded; the oldest success dropped first) and sent by a thread of
 // the client's own once failoverd answers again, never on a caller's request
 // (background_flush). failoverd being down never takes the caller down.
 //
@@ -173,7 +173,7 @@ class Client {
 
   // Outcomes waiting to be reported (successes sent together count each).
   size_t buffered_reports() const;
-  // Reports dropped because the buffer was full (the oldest go first).
+  // Reports dropped because the buffer was full (the oldest success first, else the oldest), in outcomes.
   size_t dropped_reports() const;
   // Sends buffered reports (at most `limit`); returns how many were delivered.
   size_t Flush(size_t limit = SIZE_MAX);
@@ -229,6 +229,8 @@ class Client {
   const std::string sender_id_;
   uint64_t next_report_sequence_ = 1;  // guarded by mu_
   void StampLocked(v1::ReportOutcomeRequest* req);
+  // Drops one report of a full backlog: the oldest success, else the oldest.
+  void DropOneLocked();
   // failoverd did not answer: skip it until then (guarded by mu_).
   absl::Time down_until_ = absl::InfinitePast();
   absl::Duration down_backoff_ = absl::ZeroDuration();

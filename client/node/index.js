@@ -288,8 +288,10 @@ class Client {
     } else {
       this._buffer.push(report);
       while (this._buffer.length > this._o.maxBufferedReports) {
-        this._buffer.shift();
-        this._dropped += 1;
+        // The oldest success goes first: the failures decide trips.
+        const i = Math.max(0, this._buffer.findIndex((r) => r.success));
+        this._dropped += Math.max(this._buffer[i].count || 0, 1);
+        this._buffer.splice(i, 1);
       }
     }
     if (this._buffer.length >= BATCH) this._schedule(0);

@@ -320,3 +320,13 @@ test('close gives up on an absent failoverd within its bound', () => withServer(
   assert.ok(Date.now() - start < 5000, `close took ${Date.now() - start} ms`);
   assert.ok(client.droppedReports > 0);
 }));
+
+test('a full backlog drops successes before failures', async () => {
+  const client = new Client({server: `127.0.0.1:${await freePort()}`, maxBufferedReports: 3, flushIntervalMs: 60000});
+  for (const [target, ok] of [['a', false], ['b', true], ['c', false], ['d', false]]) {
+    client._queue(ok ? {chain: 'ch', target, success: {}} : {chain: 'ch', target, failure: failureFromStatus(503)});
+  }
+  assert.deepStrictEqual(client._buffer.map((r) => r.target), ['a', 'c', 'd']);
+  assert.strictEqual(client.droppedReports, 1);
+  await client.close(0);
+});

@@ -375,6 +375,21 @@ class LibraryErrorsTest(unittest.TestCase):
         self.assertEqual(failure_from_response(500, {}, None).response.body, b"")
 
 
+class BacklogTest(unittest.TestCase):
+    def test_a_full_backlog_drops_successes_before_failures(self):
+        from failoverd_client._core import Shared
+        shared = Shared(3, 1.0, 5.0)
+        for target, ok in (("a", False), ("b", True), ("c", False), ("d", False)):
+            report = decision_pb2.ReportOutcomeRequest(chain="ch", target=target)
+            if ok:
+                report.success.SetInParent()
+            else:
+                report.failure.http_status = 503
+            shared.buffer(report)
+        self.assertEqual([r.target for r in shared.take()], ["a", "c", "d"])
+        self.assertEqual(shared.dropped, 1)
+
+
 class TokenTest(unittest.TestCase):
     def test_tokens_are_sent(self):
         d = tempfile.mkdtemp()

@@ -143,8 +143,10 @@ class Shared:
                 return len(self._buffer)
             self._buffer.append(report)
             while len(self._buffer) > self._max:
-                self._buffer.popleft()
-                self.dropped += 1
+                # The oldest success goes first: the failures decide trips.
+                victim = next((r for r in self._buffer if r.HasField("success")), self._buffer[0])
+                self._buffer.remove(victim)
+                self.dropped += max(victim.count, 1)
             return len(self._buffer)
 
     def take(self, limit: int = BATCH) -> List[decision_pb2.ReportOutcomeRequest]:

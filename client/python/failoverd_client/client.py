@@ -40,7 +40,7 @@ class Client:
     run() picks, attempts, reports and follows the verdict. When failoverd
     cannot be reached it serves from the last plan seen for the chain (or the
     order given to set_declared_order), starting where the last request was
-    served, and buffers the reports (bounded, oldest dropped). A failoverd that
+    served, and buffers the reports (bounded; when full the oldest success goes first). A failoverd that
     does not answer costs one call deadline, once: later requests go
     fail-static at once while the client's thread asks failoverd again, with
     backoff. Successes are never waited for: their verdict is always DONE, and

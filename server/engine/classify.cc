@@ -107,6 +107,40 @@ Reason ReasonFromProviderPhrase(const std::string& text) {
   return Reason::kNone;
 }
 
+// The period a quota or limit named in `text` is stated for ("per day",
+// "monthly", "RPD"), or zero when it names none. The longest period named
+// wins; a plan or subscription with no period named counts as forever.
+absl::Duration StatedQuotaPeriod(const std::string& text) {
+  struct Period {
+    std::vector<absl::string_view> words;
+    absl::Duration length;
+  };
+  static const std::vector<Period>* const kPeriods = new std::vector<Period>{
+      {{"per year", "yearly", "annual", "/year", "a year", "each year"}, absl::Hours(24 * 365)},
+      {{"per month", "monthly", "/month", "this month", "each month", "a month", "billing cycle", "billing period"},
+       absl::Hours(24 * 30)},
+      {{"per week", "weekly", "/week", "this week", "each week"}, absl::Hours(24 * 7)},
+      {{"per day", "daily", "/day", "(rpd)", "(tpd)", " rpd", " tpd", "24 hours", "24h", "today", "each day",
+        "a day", "per-day"},
+       absl::Hours(24)},
+      {{"per hour", "hourly", "/hour", "/hr", "an hour", "each hour", "per-hour"}, absl::Hours(1)},
+      {{"per minute", "per min", "/min", "(rpm)", "(tpm)", " rpm", " tpm", "a minute", "per-minute"}, absl::Minutes(1)},
+      {{"per second", "/sec", "(rps)", " rps", "a second"}, absl::Seconds(1)},
+  };
+  if (!ContainsAny(text, {"quota", "limit", "allowance", "credit", "usage", "allotment", "cap "})) {
+    return absl::ZeroDuration();
+  }
+  for (const Period& p : *kPeriods) {
+    for (absl::string_view w : p.words) {
+      if (absl::StrContains(text, w)) return p.length;
+    }
+  }
+  if (ContainsAny(text, {"your plan", "plan's", "plan limit", "plan quota", "subscription", "free tier"})) {
+    return absl::InfiniteDuration();
+  }
+  return absl::ZeroDuration();
+}
+
 bool IsModelMissing(const std::string& text) {
   if (ContainsAny(text, {"model not found", "does not exist", "model_not_found"})) return true;
   for (absl::string_view w : {"unsupported", "unavailable", "not available", "deprecated", "retired",
@@ -275,6 +309,7 @@ absl::StatusOr<FailoverRules::Phrase> FailoverRules::ParsePhrase(absl::string_vi
 
 absl::StatusOr<FailoverRules> FailoverRules::Compile(const Policy& policy, absl::string_view path) {
   FailoverRules rules;
+  rules.max_hold_ = policy.rate_limit_max_hold;
   if (!policy.retry_on_statuses.empty()) {
     rules.custom_ = true;
     rules.statuses_.clear();
@@ -308,7 +343,8 @@ absl::StatusOr<FailoverRules> FailoverRules::Compile(const Policy& policy, absl:
 
 std::string FailoverRules::InputsOf(const Policy& policy) {
   std::string key = absl::StrCat(absl::StrJoin(policy.retry_on_statuses, "\x1f"), "\x1e",
-                                 absl::StrJoin(policy.retry_on_errors, "\x1f"), "\x1e");
+                                 absl::StrJoin(policy.retry_on_errors, "\x1f"), "\x1e",
+                                 absl::ToInt64Nanoseconds(policy.rate_limit_max_hold), "\x1e");
   for (const auto& [reason, retries] : policy.same_target_retries) {
     absl::StrAppend(&key, static_cast<int>(reason), "=", retries, ",");
   }
@@ -364,6 +400,14 @@ Classification FailoverRules::Classify(const OutcomeFacts& facts) const {
     if (c.reason == Reason::kNone) c.reason = Reason::kUnknown;
   }
 
+  // A limit with no reset time given that is stated for a longer period than
+  // a hold may last (a daily or monthly quota, a plan's) will not lift by
+  // retrying: billing, however the provider words it. With a reset time the
+  // reset decides (a hold, or DOWN until it).
+  if (c.reason == Reason::kRateLimit && facts.retry_after <= absl::ZeroDuration() &&
+      StatedQuotaPeriod(text) > max_hold_) {
+    c.reason = Reason::kBilling;
+  }
   c.counts = CountsAgainstHealth(c.reason);
   c.same_target_retries = retries_[static_cast<int>(c.reason)];
   if (c.reason == Reason::kContextOverflow || c.reason == Reason::kCancelled) {

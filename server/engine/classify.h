@@ -78,6 +78,8 @@ class FailoverRules {
   bool StatusMatches(uint32_t status) const;
 
   bool custom_ = false;  // either list set by the policy
+  // rate_limit.max_hold: a quota stated for a longer period is billing (DESIGN 3.15).
+  absl::Duration max_hold_ = absl::Seconds(60);
   std::vector<StatusRule> statuses_;
   std::vector<Phrase> phrases_;
   std::array<uint32_t, kReasonCount> retries_{};

@@ -227,5 +227,40 @@ TEST(ClassifyTest, ALongMultiByteMessageIsCutOnACharacterBoundary) {
   EXPECT_EQ(FailoverRules::Summarize(Http(500, "caf\xe9")), "500 \"caf\xef\xbf\xbd\"");
 }
 
+// DESIGN 3.15: a quota stated for a period longer than rate_limit.max_hold is
+// billing however the provider words it, unless the provider says when it
+// resets (then the reset decides: a hold, or DOWN until it).
+TEST(QuotaPeriodTest, ALongPeriodWithoutAResetIsBillingWhateverTheWording) {
+  const FailoverRules rules;  // max_hold 60s
+  for (const char* message : {
+           "Quota exceeded for quota metric 'Generate Content API requests per day'",
+           "You have reached your daily request limit",
+           "Monthly usage limit exceeded for this API key",
+           "You exceeded the 1000 requests/day allowance of your free tier",
+           "Rate limit reached for gpt-4o on tokens per day (TPD): Limit 90000, Used 90000",
+           "Hourly quota used up; try again next hour",
+           "You have used up your plan's quota",
+       }) {
+    EXPECT_EQ(rules.Classify(Http(429, message)).reason, Reason::kBilling) << message;
+  }
+  for (const char* message : {
+           "Rate limit reached for gpt-4o on requests per min (RPM): Limit 500, Used 500",
+           "Too many requests: the limit is 10 requests per second",
+           "Rate limit exceeded",
+       }) {
+    EXPECT_EQ(rules.Classify(Http(429, message)).reason, Reason::kRateLimit) << message;
+  }
+  // The provider says when it resets: the reset decides, whatever the period.
+  OutcomeFacts with_reset = Http(429, "Rate limit reached for gpt-4o on tokens per day (TPD)");
+  with_reset.retry_after = absl::Minutes(6);
+  EXPECT_EQ(rules.Classify(with_reset).reason, Reason::kRateLimit);
+  // A chain that holds up to two days takes a daily limit as a rate limit.
+  Policy patient;
+  patient.rate_limit_max_hold = absl::Hours(48);
+  const FailoverRules holds_long = FailoverRules::Compile(patient, "policy").value();
+  EXPECT_EQ(holds_long.Classify(Http(429, "You have reached your daily request limit")).reason, Reason::kRateLimit);
+  EXPECT_EQ(holds_long.Classify(Http(429, "Monthly usage limit exceeded")).reason, Reason::kBilling);
+}
+
 }  // namespace
 }  // namespace failover

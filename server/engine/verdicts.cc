@@ -118,14 +118,20 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     TargetRuntime& rt = *target->rt;
     std::lock_guard<std::mutex> lock(rt.mu);
     HealthTransition none;
+    out->target_health = rt.Effective();
     if (!record_outcome(*target, HealthMode::kDryRun, &none)) {
       record_outcome(*target, HealthMode::kApply, &none);  // makes no transition: the dry run just said so
+      out->target_health = rt.Effective();
     } else if (!accepting_changes()) {
       record_refused(*target);
+      // The transition is not made here (a local copy, a follower, a refused
+      // disk: failoverd's leader makes it), but the verdict is the one the
+      // transition gives: a failure that trips its target moves on, as
+      // failoverd's own answer does (DESIGN 3.13).
+      if (!req.facts.success) out->target_health = HealthState::kDown;
     } else {
       needs_writer = true;
     }
-    out->target_health = rt.Effective();
   }
   if (needs_writer) {
     ChangeWriter w(*this);

@@ -1373,5 +1373,35 @@ TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
   EXPECT_EQ(ch.active_since, now_ - absl::Minutes(30));
 }
 
+// DESIGN 3.13: an engine that makes no transitions itself (a caller's local
+// copy, a cluster follower) answers the verdict failoverd answers for the same
+// state and report. A failure that trips its target moves on at once; it used
+// to be retried on the dying target by a local copy.
+TEST_F(EngineTest, AnEngineThatMakesNoTransitionsGivesTheSameVerdict) {
+  for (uint32_t status : {503u, 500u, 401u}) {
+    Engine deciding;
+    Engine copy;
+    ConfigChange change{{Target("a"), Target("b")}, {Chain("ch", {"a", "b"})}};
+    ASSERT_TRUE(deciding.Apply(change, ApplyOptions{}, now_).ok());
+    ASSERT_TRUE(copy.Apply(change, ApplyOptions{}, now_).ok());
+    copy.SetAcceptingChanges(false, "a local copy");  // from here on it decides nothing itself
+    ReportRequest req;
+    req.chain = "ch";
+    req.target = "a";
+    req.facts = Http(status);
+    ReportResult theirs, mine;
+    Events events;
+    ASSERT_TRUE(deciding.Report(req, now_, &theirs, &events).ok());
+    ASSERT_TRUE(copy.Report(req, now_, &mine, &events).ok());
+    EXPECT_EQ(theirs.target_health, HealthState::kDown) << status;
+    EXPECT_EQ(VerdictName(mine.verdict), VerdictName(theirs.verdict)) << status;
+    ASSERT_EQ(mine.has_next, theirs.has_next) << status;
+    if (theirs.has_next) {
+      EXPECT_EQ(mine.next.target->config.name, theirs.next.target->config.name) << status;
+    }
+    EXPECT_EQ(copy.GetTargetStatus("a")->health, HealthState::kUnknown) << "the copy made the transition itself";
+  }
+}
+
 }  // namespace
 }  // namespace failover

@@ -70,14 +70,14 @@ void LocalDecisions::Heard() {
 
 void LocalDecisions::Watch() {
   std::unique_lock<std::mutex> lock(mu_);
-  grpc::ClientContext* given_up = nullptr;
+  uint64_t given_up = 0;  // the number of the stream last given up (every stream gets its own)
   while (!stop_) {
     changed_.wait_for(lock, absl::ToChronoMilliseconds(std::min(options_.silence / 4, absl::Milliseconds(250))),
                       [&] { return stop_; });
-    if (stop_ || stream_ == nullptr || stream_ == given_up) continue;
+    if (stop_ || stream_ == nullptr || stream_number_ == given_up) continue;
     // A stream that never delivered counts from its start.
     if (clock_->Now() - std::max(last_heard_, stream_started_) < options_.silence) continue;
-    given_up = stream_;
+    given_up = stream_number_;
     stream_->TryCancel();  // Follow starts over
     silences_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -111,6 +111,7 @@ void LocalDecisions::Follow() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       stream_ = &ctx;
+      ++stream_number_;
       stream_started_ = clock_->Now();
     }
     const uint64_t loads_before = loads();

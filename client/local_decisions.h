@@ -103,6 +103,7 @@ class LocalDecisions final : public LocalDecider {
   std::string last_error_;                      // guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   grpc::ClientContext* stream_ = nullptr;       // guarded by mu_: cancelled by the destructor
+  uint64_t stream_number_ = 0;                  // guarded by mu_: counts the streams opened
   std::thread thread_;
   std::thread watchdog_;
 };

@@ -240,6 +240,9 @@ TEST_F(LocalDecisionsTest, AHungFailoverdMakesTheCopyStaleWhileDecisionsGoOn) {
   ASSERT_EQ(::kill(proc_pid(), SIGSTOP), 0);
   ASSERT_TRUE(Eventually([&] { return local.Staleness() > absl::ZeroDuration(); }));
   ASSERT_TRUE(Eventually([&] { return local.silences() >= 1; }));  // the silent stream was given up
+  // And the next one, as silent, too: every stream is judged on its own (the
+  // watchdog once told streams apart by an address each of them reused).
+  ASSERT_TRUE(Eventually([&] { return local.silences() >= 3; })) << "a later silent stream was never given up";
   v1::PickTargetRequest pick;
   pick.set_chain("ch");
   v1::PickTargetResponse plan;

@@ -142,6 +142,7 @@ TEST_F(LocalDecisionsTest, ManualFailoverOfEveryTargetStopsTheLoopWithoutTraffic
   AddChain(&config, "ch", {"a", "b"});
   ASSERT_TRUE(Apply(config).ok());
   client::ClientOptions options;
+  options.failoverd_budget = absl::Seconds(60);  // a loaded machine never sends these fail-static
   options.connection.server = proc_->address();
   auto client = client::ConnectLocal(options);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -173,6 +174,7 @@ TEST_F(LocalDecisionsTest, TripReportedByOneCallerReachesAnothersLocalDecisions)
   AddChain(&config, "ch", {"a", "b"});  // trip.errors 1
   ASSERT_TRUE(Apply(config).ok());
   client::ClientOptions options;
+  options.failoverd_budget = absl::Seconds(60);  // a loaded machine never sends these fail-static
   options.connection.server = proc_->address();
   auto first = client::ConnectLocal(options);
   auto second = client::ConnectLocal(options);
@@ -215,6 +217,7 @@ TEST_F(LocalDecisionsTest, WithoutACopyDecisionsAreFailoverds) {
   auto channel = client::OpenChannel(nowhere);
   ASSERT_TRUE(channel.ok());
   client::ClientOptions options;
+  options.failoverd_budget = absl::Seconds(60);  // a loaded machine never sends these fail-static
   options.local = std::make_shared<client::LocalDecisions>(v1::DecisionService::NewStub(*channel), nowhere);
   client::Client client(v1::DecisionService::NewStub(proc_->Channel()), options);
   client::LoopResult r = client.Run("ch", [](const v1::Attempt&) { return Answer(true); });
@@ -262,6 +265,7 @@ TEST(LocalDecisionsProcessTest, DecisionsGoOnFromTheCopyWhileFailoverdIsAwayAndI
   auto admin = v1::AdminService::NewStub(proc->Channel());
   ASSERT_TRUE(ApplyConfig(admin.get(), TwoTargetConfig()).ok());
   client::ClientOptions options;
+  options.failoverd_budget = absl::Seconds(60);  // a loaded machine never sends these fail-static
   options.connection.server = listen;
   client::LocalOptions follow;
   follow.retry_max = absl::Milliseconds(200);

@@ -25,11 +25,11 @@ inline google::protobuf::Duration Millis(int64_t ms) {
   return d;
 }
 
-// Polls `check` until it holds or 10 s pass: tests wait on a condition with a
-// deadline, never on a fixed sleep.
+// Polls `check` until it holds or `timeout` (10 s) passes: tests wait on a
+// condition with a deadline, never on a fixed sleep.
 template <typename F>
-bool Eventually(F check) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+bool Eventually(F check, std::chrono::seconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (check()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

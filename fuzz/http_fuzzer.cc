@@ -23,7 +23,7 @@ using failover::http::Gateway;
 using failover::http::PercentDecode;
 using failover::http::Request;
 
-// The request line, headers and body, as cpp-httplib would hand them over.
+// The request line, headers and body, as the HTTP server hands them over.
 Request Parse(const std::string& text, std::string* last_event_id) {
   Request r;
   const size_t blank = text.find("\n\n");

@@ -1,5 +1,6 @@
 #include "server/daemon.h"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -303,6 +304,9 @@ absl::Status Daemon::Start() {
     http_options.tls_key = flags_.tls_key;
     http_options.tls_client_ca = flags_.tls_client_ca;
     http_options.max_body = flags_.max_message_bytes;
+    http_options.allowed_hosts = flags_.http_allowed_hosts;
+    http_options.header_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::ceil(flags_.http_header_timeout_seconds * 1000)));
     grpc::ChannelArguments channel_args;
     channel_args.SetMaxReceiveMessageSize(-1);
     auto http = http::HttpServer::Start(http_options, server_->InProcessChannel(channel_args));

@@ -92,6 +92,16 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   app.add_option("--http-listen", flags->http_listen,
                  "Also serve the status page and the JSON API on this host:port (off when empty); same tokens "
                  "and TLS as the gRPC port");
+  app.add_option("--http-allowed-hosts", flags->http_allowed_hosts,
+                 "Host names the HTTP port answers (comma-separated) besides its listen address, localhost and IP "
+                 "addresses; other Host headers get 403 (DNS rebinding). \"*\" answers any")
+      ->delimiter(',');
+  app.add_option("--http-header-timeout", flags->http_header_timeout_seconds,
+                 "Seconds (or a duration such as 500ms) an HTTP client has for a request's whole header section "
+                 "(and its TLS hello), counted from when the connection waits for it; then it is closed")
+      ->transform(DurationIn(absl::Seconds(1), "SECONDS"))
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
   app.add_option("--tokens-file", flags->tokens_file,
                  "File of \"decide <token>\" / \"admin <token>\" lines; when set, calls need a bearer token");
   app.add_option("--tls-cert", flags->tls_cert, "Server certificate chain (PEM); with --tls-key enables TLS");

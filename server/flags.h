@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace failover {
 
@@ -25,6 +26,8 @@ struct Flags {
   size_t watch_queue_bytes = 1 << 20;
   double watch_stall_timeout_seconds = 30;
   std::string http_listen;  // empty: no HTTP port
+  std::vector<std::string> http_allowed_hosts;  // Host names the HTTP port answers besides its own
+  double http_header_timeout_seconds = 10;
   std::string tokens_file;
   std::string tls_cert;
   std::string tls_key;

@@ -124,6 +124,9 @@ node -e '
 echo "== http.enabled renders the port, the flag and the Service port"
 "$helm" template demo "$chart" -f "$chart/ci/http-values.yaml" > "$work/http.yaml"
 grep -q -- "--http-listen=0.0.0.0:8080" "$work/http.yaml" || { echo "no --http-listen"; exit 1; }
+# The Service's names and the user's are answered (the rest are refused: DNS rebinding).
+grep -q -- "--http-allowed-hosts=demo-failoverd,demo-failoverd.default,demo-failoverd.default.svc,demo-failoverd.default.svc.cluster.local,failover.example.com$" \
+  "$work/http.yaml" || { echo "no --http-allowed-hosts with the Service's names"; grep -- "--http" "$work/http.yaml"; exit 1; }
 [ "$(grep -c "name: http$" "$work/http.yaml")" -ge 2 ] || { echo "no http port"; exit 1; }
 "$helm" template demo "$chart" > "$work/default.yaml"
 if grep -q -- "--http-listen" "$work/default.yaml"; then echo "http port on by default"; exit 1; fi

@@ -6,7 +6,7 @@
 // the same as on the gRPC port. An error is the gRPC status mapped to its HTTP
 // status, with the same message and field path.
 //
-// This layer has no sockets: http_server.cc feeds it from cpp-httplib, and
+// This layer has no sockets: http_server.cc feeds it from Boost.Beast, and
 // the fuzzer calls it directly.
 #pragma once
 

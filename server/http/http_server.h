@@ -1,21 +1,26 @@
 // failoverd's optional HTTP port (--http-listen): the status page at "/",
 // the JSON routes of gateway.h, and GET /v1/watch, WatchEvents as
-// Server-Sent Events. Served by cpp-httplib on a bounded pool of threads;
-// every call goes to failoverd's gRPC server in-process, so the HTTP port has
-// exactly the gRPC port's roles, checks and errors.
+// Server-Sent Events. Every call goes to failoverd's gRPC server in-process,
+// so the HTTP port has exactly the gRPC port's roles, checks and errors.
+//
+// Served by Boost.Beast on Asio (DESIGN 3.16): a few event-loop threads own
+// every connection, so a slow or silent client holds a connection slot, never
+// a thread. Each request is bounded before it is buffered: header bytes and
+// count (431), body bytes however it is framed (413), a deadline for the whole
+// header section and one for the body; an unread event stream is dropped when
+// a write stalls. JSON calls run on a small pool, since an in-process gRPC call
+// may wait for the disk.
 #pragma once
 
-#include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/channel.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace failover::http {
 
@@ -26,9 +31,21 @@ struct HttpOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
-  size_t max_body = 4 << 20;   // larger request bodies get 413
-  size_t threads = 32;         // connections served at once
-  size_t max_streams = 16;     // concurrent /v1/watch streams (each holds a thread); more get 429
+  // Host names answered besides the listen host, "localhost" and IP literals;
+  // "*" answers any (host_check.h).
+  std::vector<std::string> allowed_hosts;
+  size_t max_body = 4 << 20;           // request body bytes, however framed; more get 413
+  size_t max_header_bytes = 16 << 10;  // request line and headers; more get 431
+  size_t max_header_fields = 100;      // header lines; more get 431
+  // From the moment a connection waits for a request (or its TLS hello) until
+  // the header section is complete; a connection that misses it is closed.
+  std::chrono::milliseconds header_timeout{10000};
+  std::chrono::milliseconds body_timeout{30000};   // for the whole body
+  std::chrono::milliseconds write_timeout{30000};  // for one response or event write
+  size_t max_connections = 1024;  // open at once; more are answered 503 and closed
+  size_t max_streams = 64;        // concurrent /v1/watch streams; more get 429
+  size_t threads = 8;             // JSON calls served at once
+  size_t io_threads = 2;          // event-loop threads
 };
 
 class HttpServer {
@@ -43,15 +60,11 @@ class HttpServer {
   void Stop();
 
  private:
+  struct Impl;
   HttpServer() = default;
 
-  std::unique_ptr<httplib::Server> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::thread thread_;
+  std::unique_ptr<Impl> impl_;
   int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<size_t> streams_{0};
-  size_t max_streams_ = 16;
 };
 
 }  // namespace failover::http

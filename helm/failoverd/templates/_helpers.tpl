@@ -73,3 +73,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* The Host names the HTTP port answers: the Service's, then the user's. */}}
+{{- define "failoverd.httpHosts" -}}
+{{- $svc := include "failoverd.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $hosts := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- join "," (concat $hosts .Values.http.allowedHosts) -}}
+{{- end }}

@@ -36,6 +36,10 @@ namespace {
 
 namespace v1 = ::failover::v1;
 using failover::bench::Percentile;
+using failover::bench::Pin;
+using failover::bench::PinProcess;
+using failover::bench::Totals;
+using failover::bench::World;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -50,30 +54,6 @@ struct Options {
   int client_cpu = 1;
 };
 
-bool Pin(pid_t tid, int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  return sched_setaffinity(tid, sizeof(set), &set) == 0;
-}
-
-// Pins every thread failoverd has now; threads it starts later inherit it.
-bool PinProcess(pid_t pid, int cpu) {
-  bool ok = true;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
-    ok &= Pin(static_cast<pid_t>(std::stol(task.path().filename().string())), cpu);
-  }
-  return ok;
-}
-
-struct Totals {
-  std::vector<double> latencies_us;
-  double seconds = 0;
-  double server_cpu_seconds = 0;
-  long errors = 0;
-  long extra_calls = 0;  // TRY_NEXT reports beyond the pair
-  size_t loops() const { return latencies_us.size(); }
-};
 
 enum class Mode { kBaseline, kDecision };
 
@@ -200,27 +180,6 @@ class Load {
   const Options& options_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
 };
-
-// 1 target in 2 per chain is remote, 1 local; a tripped target comes back
-// after a short dwell, so switches keep happening for the whole run.
-v1::ApplyRequest World(int chains, v1::Strategy strategy) {
-  v1::ApplyRequest config;
-  for (int c = 0; c < chains; ++c) {
-    const std::string a = "model-" + std::to_string(c) + "-a", b = "model-" + std::to_string(c) + "-b";
-    config.add_targets()->set_name(a);
-    v1::Target* local = config.add_targets();
-    local->set_name(b);
-    local->set_kind(v1::TARGET_KIND_LOCAL);
-    v1::Chain* chain = config.add_chains();
-    chain->set_name("chain-" + std::to_string(c));
-    chain->add_targets(a);
-    chain->add_targets(b);
-    chain->set_strategy(strategy);
-    chain->mutable_policy()->mutable_recovery()->mutable_min_dwell()->set_nanos(200'000'000);
-    chain->mutable_policy()->mutable_recovery()->set_probes(1);
-  }
-  return config;
-}
 
 uint64_t LastSequence(failover::testing::FailoverdProcess& proc) {
   v1::ListEventsRequest req;

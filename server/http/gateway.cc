@@ -13,6 +13,7 @@
 #include "google/protobuf/dynamic_message.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/type_resolver_util.h"
 
 namespace failover::http {
 namespace {
@@ -32,6 +33,7 @@ struct Route {
 
 constexpr char kDecide[] = "/failover.v1.DecisionService/";
 constexpr char kAdmin[] = "/failover.v1.AdminService/";
+constexpr char kTypeUrlPrefix[] = "type.googleapis.com";
 
 const std::vector<Route>& Routes() {
   static const auto* routes = new std::vector<Route>{
@@ -223,6 +225,19 @@ std::string Gateway::ToServerSentEvent(const failover::v1::Event& event) {
 }
 
 Response Gateway::Handle(const Request& request) const {
+  Call call = Prepare(request);
+  if (call.answer.has_value()) return std::move(*call.answer);
+  std::string response;
+  const grpc::Status status = call_(call.method, call.request, &response, request);
+  return Finish(call, status, response);
+}
+
+Gateway::Call Gateway::Prepare(const Request& request) {
+  const auto answer = [](Response r) {
+    Call call;
+    call.answer = std::move(r);
+    return call;
+  };
   const Route* route = nullptr;
   bool path_known = false;
   std::string name;
@@ -235,33 +250,33 @@ Response Gateway::Handle(const Request& request) const {
     if (request.method != r.http_method) continue;
     route = &r;
     if (named && !PercentDecode(request.path.substr(strlen(r.path)), &name)) {
-      return Error(Invalid(absl::StrCat("path: malformed percent-escape in ", Echo(request.path))));
+      return answer(Error(Invalid(absl::StrCat("path: malformed percent-escape in ", Echo(request.path)))));
     }
     break;
   }
   if (route == nullptr) {
     if (path_known) {
-      return Error(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+      return answer(Error(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                 absl::StrCat("method ", Echo(request.method), " is not allowed on ", Echo(request.path))),
-                   405);
+                   405));
     }
-    return Error(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                              absl::StrCat("no route ", Echo(request.method), " ", Echo(request.path))));
+    return answer(Error(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                              absl::StrCat("no route ", Echo(request.method), " ", Echo(request.path)))));
   }
   if (request.method == "POST") {
     // A JSON content type is not one a cross-site form can send without the
     // browser asking first (CORS preflight, never granted here).
     if (!absl::StartsWithIgnoreCase(request.content_type, "application/json")) {
-      return Error(Invalid(absl::StrCat("content-type: must be application/json, got ", Echo(request.content_type))),
-                   415);
+      return answer(Error(Invalid(absl::StrCat("content-type: must be application/json, got ", Echo(request.content_type))),
+                   415));
     }
   }
   if (request.method != "GET" && request.sec_fetch_site == "cross-site") {
-    return Error(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                              "cross-site requests may not change failoverd (Sec-Fetch-Site: cross-site)"));
+    return answer(Error(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                              "cross-site requests may not change failoverd (Sec-Fetch-Site: cross-site)")));
   }
   const pb::MethodDescriptor* method = FindMethod(route->rpc);
-  if (method == nullptr) return Error(grpc::Status(grpc::StatusCode::INTERNAL, "route without a method"));
+  if (method == nullptr) return answer(Error(grpc::Status(grpc::StatusCode::INTERNAL, "route without a method")));
   std::unique_ptr<pb::Message> in = NewMessage(method->input_type());
   pb::util::JsonParseOptions parse;
   parse.ignore_unknown_fields = false;
@@ -270,20 +285,20 @@ Response Gateway::Handle(const Request& request) const {
       const std::string body = request.body.empty() ? "{}" : request.body;
       const auto parsed = pb::util::JsonStringToMessage(body, in.get(), parse);
       if (!parsed.ok()) {
-        return Error(Invalid(absl::StrCat("body: not a valid ", method->input_type()->full_name(), " in JSON: ",
-                                          SanitizeUtf8(std::string(parsed.message()), 512))));
+        return answer(Error(Invalid(absl::StrCat("body: not a valid ", method->input_type()->full_name(), " in JSON: ",
+                                          SanitizeUtf8(std::string(parsed.message()), 512)))));
       }
       break;
     }
     case From::kQuery:
       for (const auto& [key, value] : request.query) {
         const grpc::Status s = SetFromQuery(key, value, in.get());
-        if (!s.ok()) return Error(s);
+        if (!s.ok()) return answer(Error(s));
       }
       break;
     case From::kPathName: {
       const pb::FieldDescriptor* f = in->GetDescriptor()->FindFieldByName(route->name_field);
-      if (!IsValidUtf8(name)) return Error(Invalid("name: is not valid UTF-8"));
+      if (!IsValidUtf8(name)) return answer(Error(Invalid("name: is not valid UTF-8")));
       in->GetReflection()->SetString(in.get(), f, name);
       break;
     }
@@ -292,22 +307,27 @@ Response Gateway::Handle(const Request& request) const {
     std::unique_ptr<pb::Message> fixed = NewMessage(method->input_type());
     if (pb::util::JsonStringToMessage(route->fixed_json, fixed.get(), parse).ok()) in->MergeFrom(*fixed);
   }
-  std::string serialized_in;
-  if (!in->SerializeToString(&serialized_in)) return Error(grpc::Status(grpc::StatusCode::INTERNAL, "serialize"));
-  std::string serialized_out;
-  const std::string full = absl::StrCat(IsDecideMethod(route->rpc) ? kDecide : kAdmin, route->rpc);
-  const grpc::Status called = call_(full, serialized_in, &serialized_out, request);
-  if (!called.ok()) return Error(called);
-  std::unique_ptr<pb::Message> out = NewMessage(method->output_type());
-  if (!out->ParseFromString(serialized_out)) {
-    return Error(grpc::Status(grpc::StatusCode::INTERNAL, "failoverd's response did not parse"));
-  }
+  Call call;
+  if (!in->SerializeToString(&call.request)) return answer(Error(grpc::Status(grpc::StatusCode::INTERNAL, "serialize")));
+  call.method = absl::StrCat(IsDecideMethod(route->rpc) ? kDecide : kAdmin, route->rpc);
+  call.response_type = method->output_type();
+  return call;
+}
+
+Response Gateway::Finish(const Call& call, const grpc::Status& status, const std::string& response) {
+  if (!status.ok()) return Error(status);
+  // Straight from the wire form (MessageToJsonString would parse it into a
+  // message only to serialize it again).
+  static pb::util::TypeResolver* const resolver =
+      pb::util::NewTypeResolverForDescriptorPool(kTypeUrlPrefix, pb::DescriptorPool::generated_pool());
   std::string json;
-  pb::util::JsonPrintOptions print;
-  print.always_print_primitive_fields = false;
-  const auto printed = pb::util::MessageToJsonString(*out, &json, print);
-  if (!printed.ok()) return Error(grpc::Status(grpc::StatusCode::INTERNAL, std::string(printed.message())));
-  return Json(200, json + "\n");
+  const auto printed = pb::util::BinaryToJsonString(
+      resolver, absl::StrCat(kTypeUrlPrefix, "/", call.response_type->full_name()), response, &json);
+  if (!printed.ok()) {
+    return Error(grpc::Status(grpc::StatusCode::INTERNAL, "failoverd's response did not convert to JSON"));
+  }
+  json.push_back('\n');
+  return Json(200, std::move(json));
 }
 
 }  // namespace failover::http

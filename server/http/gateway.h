@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,8 +49,22 @@ class Gateway {
  public:
   explicit Gateway(UnaryCaller call) : call_(std::move(call)) {}
 
-  // Every JSON route (GET /v1/watch is a stream: http_server.cc).
+  // Every JSON route (GET /v1/watch is a stream: http_server.cc), calling
+  // failoverd with the UnaryCaller.
   Response Handle(const Request& request) const;
+
+  // Handle in two halves, for a server that makes the call itself without
+  // waiting: Prepare routes and reads the request into the gRPC call to make
+  // (or answers it at once: a bad route, field or body); Finish turns the
+  // call's status and response into the answer.
+  struct Call {
+    std::optional<Response> answer;  // set: no call to make, this is the answer
+    std::string method;              // "/failover.v1.AdminService/PinChain"
+    std::string request;             // serialized
+    const google::protobuf::Descriptor* response_type = nullptr;
+  };
+  static Call Prepare(const Request& request);
+  static Response Finish(const Call& call, const grpc::Status& status, const std::string& response);
 
   // The WatchEvents request of GET /v1/watch: `chains` and `targets` (each may
   // repeat) and `after` from the query, or the Last-Event-ID a reconnecting

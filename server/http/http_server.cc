@@ -6,7 +6,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -61,36 +63,6 @@ grpc::Status NotPrintable() {
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "authorization: header is not printable ASCII");
 }
 
-grpc::Status CallUnary(grpc::Channel* channel, const std::string& method, const std::string& request,
-                       std::string* response, const std::string& authorization, const std::string& http_peer) {
-  if (!PrintableAscii(authorization)) return NotPrintable();
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  if (!authorization.empty()) ctx.AddMetadata("authorization", authorization);
-  ctx.AddMetadata(kHttpPeerMetadata, http_peer);  // who did it, for admin events
-  grpc::Slice slice(request);
-  grpc::ByteBuffer in(&slice, 1);
-  grpc::ByteBuffer out;
-  grpc::Status status;
-  grpc::CompletionQueue cq;
-  grpc::GenericStub stub(channel->shared_from_this());
-  auto call = stub.PrepareUnaryCall(&ctx, method, in, &cq);
-  call->StartCall();
-  call->Finish(&out, &status, reinterpret_cast<void*>(1));
-  void* tag = nullptr;
-  bool ok = false;
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  if (!status.ok()) return status;
-  std::vector<grpc::Slice> slices;
-  if (!out.Dump(&slices).ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "response unreadable");
-  response->clear();
-  for (const grpc::Slice& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return grpc::Status::OK;
-}
-
 bool SplitHostPort(const std::string& listen, std::string* host, int* port) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return false;
@@ -100,26 +72,74 @@ bool SplitHostPort(const std::string& listen, std::string* host, int* port) {
   return absl::SimpleAtoi(listen.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
 }
 
+// Counts the JSON calls gRPC still holds, so that stopping waits for them.
+class InFlightCalls {
+ public:
+  void Begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++count_;
+  }
+  void End() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--count_ == 0) idle_.notify_all();
+  }
+  void AwaitNone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t count_ = 0;
+};
+
 // What every connection shares; connections hold it, so it outlives them all.
 struct Shared {
   Shared(const HttpOptions& o, std::shared_ptr<grpc::Channel> c, const std::vector<std::string>& hosts)
-      : options(o),
-        channel(std::move(c)),
-        host_check(hosts),
-        gateway([ch = channel](const std::string& method, const std::string& request, std::string* response,
-                               const Request& from) {
-          return CallUnary(ch.get(), method, request, response, from.authorization, from.peer);
-        }),
-        pool(o.threads) {}
+      : options(o), channel(std::move(c)), stub(channel), host_check(hosts) {}
+
+  // Starts one JSON route's gRPC call without waiting for it; `done` runs on a
+  // gRPC thread with the status and the serialized response.
+  void CallAsync(const Gateway::Call& call, const Request& from,
+                 std::function<void(const grpc::Status&, std::string)> done) {
+    if (!PrintableAscii(from.authorization)) return done(NotPrintable(), "");
+    struct InFlight {
+      grpc::ClientContext ctx;
+      grpc::ByteBuffer in;
+      grpc::ByteBuffer out;
+    };
+    auto flight = std::make_shared<InFlight>();
+    flight->ctx.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    if (!from.authorization.empty()) flight->ctx.AddMetadata("authorization", from.authorization);
+    flight->ctx.AddMetadata(kHttpPeerMetadata, from.peer);  // who did it, for admin events
+    grpc::Slice slice(call.request);
+    flight->in = grpc::ByteBuffer(&slice, 1);
+    calls.Begin();
+    stub.UnaryCall(&flight->ctx, call.method, grpc::StubOptions(), &flight->in, &flight->out,
+                   [this, flight, done = std::move(done)](grpc::Status status) mutable {
+                     std::string response;
+                     std::vector<grpc::Slice> slices;
+                     if (status.ok() && !flight->out.Dump(&slices).ok()) {
+                       status = grpc::Status(grpc::StatusCode::INTERNAL, "response unreadable");
+                     }
+                     for (const grpc::Slice& s : slices) {
+                       response.append(reinterpret_cast<const char*>(s.begin()), s.size());
+                     }
+                     done(status, std::move(response));
+                     done = nullptr;  // what it holds goes before stopping may go on
+                     calls.End();
+                   });
+  }
 
   const HttpOptions options;
   const std::shared_ptr<grpc::Channel> channel;
+  grpc::GenericStub stub;
   const HostCheck host_check;
-  const Gateway gateway;
   std::optional<ssl::context> tls;
-  net::thread_pool pool;  // JSON calls (in-process gRPC, may wait for the disk)
   std::atomic<size_t> connections{0};
   std::atomic<size_t> streams{0};
+  InFlightCalls calls;
   FeedRegistry feeds;
 };
 
@@ -245,6 +265,18 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
   }
 
   void ReadBody() {
+    // A small body usually came with the headers: parse what is buffered
+    // first (the same limits apply) and read only if more is needed.
+    parser_->eager(true);
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      beast::error_code ec;
+      const size_t used = parser_->put(buffer_.data(), ec);
+      buffer_.consume(used);
+      if (ec == bhttp::error::need_more) break;
+      if (ec) return OnReadError(ec);
+      if (used == 0) break;
+    }
+    if (parser_->is_done()) return Dispatch();
     Tcp().expires_after(options().body_timeout);
     bhttp::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->OnReadError(ec);
@@ -290,13 +322,17 @@ class Connection : public std::enable_shared_from_this<Connection<Stream>> {
       const std::string message = absl::StrCat("no route ", request.method, " ", request.path.substr(0, 64));
       return Reply(Gateway::Error(grpc::Status(grpc::StatusCode::NOT_FOUND, message)), keep_alive);
     }
-    net::post(shared_->pool, [self = this->shared_from_this(), request = std::move(request), keep_alive]() mutable {
-      Response response = self->shared_->gateway.Handle(request);
-      auto executor = self->stream_.get_executor();
-      net::post(executor, [self = std::move(self), response = std::move(response), keep_alive]() mutable {
-        self->Reply(std::move(response), keep_alive);
-      });
-    });
+    auto call = std::make_shared<Gateway::Call>(Gateway::Prepare(request));
+    if (call->answer.has_value()) return Reply(std::move(*call->answer), keep_alive);
+    // No thread waits for the call: its answer comes back to this connection's strand.
+    shared_->CallAsync(*call, request,
+                       [self = this->shared_from_this(), call, keep_alive](const grpc::Status& status,
+                                                                           std::string response) {
+                         auto executor = self->stream_.get_executor();
+                         net::post(executor, [self, call, keep_alive, status, response = std::move(response)] {
+                           self->Reply(Gateway::Finish(*call, status, response), keep_alive);
+                         });
+                       });
   }
 
   // One response, headers and body in one write.
@@ -581,9 +617,9 @@ void HttpServer::Stop() {
   if (impl_ == nullptr || impl_->stopped.exchange(true)) return;
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
-  impl_->shared->pool.stop();
-  impl_->shared->pool.join();
-  // gRPC must be done with every event stream before failoverd's server goes.
+  // gRPC must be done with every JSON call (each has a deadline) and event
+  // stream before failoverd's server goes.
+  impl_->shared->calls.AwaitNone();
   impl_->shared->feeds.CancelAllAndWait();
   impl_->acceptor.reset();
   impl_->retry.reset();

@@ -8,8 +8,8 @@
 // a thread. Each request is bounded before it is buffered: header bytes and
 // count (431), body bytes however it is framed (413), a deadline for the whole
 // header section and one for the body; an unread event stream is dropped when
-// a write stalls. JSON calls run on a small pool, since an in-process gRPC call
-// may wait for the disk.
+// a write stalls. No thread waits for a JSON route's in-process gRPC call (it
+// may wait for the disk): its answer comes back to the connection's strand.
 #pragma once
 
 #include <chrono>
@@ -44,7 +44,6 @@ struct HttpOptions {
   std::chrono::milliseconds write_timeout{30000};  // for one response or event write
   size_t max_connections = 1024;  // open at once; more are answered 503 and closed
   size_t max_streams = 64;        // concurrent /v1/watch streams; more get 429
-  size_t threads = 8;             // JSON calls served at once
   size_t io_threads = 2;          // event-loop threads
 };
 

@@ -156,10 +156,10 @@ int FailoverdProcess::Stop(int sig, double timeout_s) {
   return WaitExit(timeout_s);
 }
 
-int FailoverdProcess::MetricsPort() const {
+int FailoverdProcess::LoggedPort(const std::string& key) const {
   const std::string err = Stderr();
-  const size_t at = err.find("metrics_port=");
-  return at == std::string::npos ? 0 : std::atoi(err.c_str() + at + 13);
+  const size_t at = err.find(key + "=");
+  return at == std::string::npos ? 0 : std::atoi(err.c_str() + at + key.size() + 1);
 }
 
 std::string HttpGet(int port, const std::string& path) {

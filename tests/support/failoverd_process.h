@@ -50,8 +50,10 @@ class FailoverdProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   std::string Stderr() const;
-  // The metrics port failoverd logged (with --metrics-listen host:0), or 0.
-  int MetricsPort() const;
+  // The ports failoverd logged when it started serving (with host:0), or 0.
+  int MetricsPort() const { return LoggedPort("metrics_port"); }
+  int HttpPort() const { return LoggedPort("http_port"); }
+  int LoggedPort(const std::string& key) const;
 
  private:
   Options options_;

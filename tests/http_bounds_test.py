@@ -56,6 +56,8 @@ class Failoverd:
         raise RuntimeError("failoverd did not start: " + open(self.log_path).read())
 
     def stop(self):
+        if self.proc.poll() is not None:  # it died: say how (a sanitizer's report, say)
+            sys.stderr.write(f"failoverd exited with {self.proc.returncode}:\n" + open(self.log_path).read()[-8000:])
         self.proc.terminate()
         self.proc.wait(timeout=30)
         self.log.close()

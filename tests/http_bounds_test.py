@@ -36,13 +36,13 @@ def rss_kib(pid):
 
 
 class Failoverd:
-    def __init__(self, work, name, *flags):
+    def __init__(self, work, name, *flags, preexec_fn=None):
         self.log_path = os.path.join(work, f"{name}.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [FAILOVERD, "--data-dir", os.path.join(work, name), "--listen", "127.0.0.1:0",
              "--http-listen", "127.0.0.1:0", "--metrics-listen", "", "--max-message-bytes", str(MAX_BODY),
-             *flags], stderr=self.log)
+             *flags], stderr=self.log, preexec_fn=preexec_fn)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             with open(self.log_path) as f:
@@ -279,6 +279,35 @@ class HeaderDeadlineTest(unittest.TestCase):
             s.close()
             self.assertTrue(closed, "the connection was still open after 15 s of trickled headers")
         finally:
+            d.stop()
+            shutil.rmtree(work, ignore_errors=True)
+
+
+class DescriptorsTest(unittest.TestCase):
+    def test_running_out_of_descriptors_leaves_the_listener_serving(self):
+        import resource
+        work = tempfile.mkdtemp()
+        limit = 256
+        # Soft and hard: failoverd raises its soft limit to the hard one.
+        d = Failoverd(work, "fds", preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+        held = []
+        try:
+            # More connections than failoverd has descriptors for.
+            for _ in range(limit + 50):
+                held.append(d.connect())
+            deadline = time.monotonic() + 30
+            while "cannot accept connections" not in open(d.log_path).read():
+                self.assertLess(time.monotonic(), deadline, "failoverd never ran out of descriptors")
+                time.sleep(0.05)
+            for s in held:
+                s.close()
+            held = []
+            status, body = d.call("GET", "/v1/status", timeout=10)
+            self.assertEqual(status, 200, body)
+            self.assertIsNone(d.proc.poll())
+        finally:
+            for s in held:
+                s.close()
             d.stop()
             shutil.rmtree(work, ignore_errors=True)
 

@@ -504,19 +504,25 @@ struct HttpServer::Impl {
   std::optional<net::steady_timer> retry;
   std::vector<std::thread> threads;
   std::atomic<bool> stopped{false};
+  bool accept_failing = false;  // only the accept loop touches it
 
   void Accept() {
     acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted) return;
       if (ec) {
-        // Out of descriptors, say: refuse nothing forever, try again shortly.
-        log::Warn("HTTP port: cannot accept a connection; retrying", {{"error", ec.message()}});
+        // Out of descriptors, say: the listener stays; try again shortly.
+        if (!accept_failing) {
+          log::Warn("HTTP port: cannot accept connections; retrying every 200 ms", {{"error", ec.message()}});
+        }
+        accept_failing = true;
         retry->expires_after(std::chrono::milliseconds(200));
         retry->async_wait([this](beast::error_code wait) {
           if (!wait) Accept();
         });
         return;
       }
+      if (accept_failing) log::Info("HTTP port: accepting connections again");
+      accept_failing = false;
       Serve(std::move(socket));
       Accept();
     });

@@ -74,6 +74,7 @@ Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientO
 }
 
 Client::~Client() {
+  attempt_pool_.reset();  // a losing hedge may still report or buffer
   {
     std::lock_guard<std::mutex> lock(flusher_mu_);
     flusher_stop_ = true;
@@ -398,8 +399,10 @@ struct Client::HedgeResult {
   // not reported yet.
   bool hedged = false;
   AttemptOutcome first;
-  // Hedged: both attempts ran and were reported (or buffered when failoverd
-  // could not be reached) in the order they finished.
+  // Hedged: the winner was reported, then the loser if it had finished too
+  // (else it reports itself from the pool when it returns); both failing, both
+  // were reported in the order they finished. Buffered when failoverd could not
+  // be reached.
   std::vector<AttemptRecord> records;
   std::vector<std::string> tried;
   bool reached = true;
@@ -412,73 +415,117 @@ struct Client::HedgeResult {
   v1::ReportOutcomeResponse last_verdict;
 };
 
-Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTargetResponse& plan,
-                                  const AttemptFn& attempt, CallBudget* budget) {
+// The two attempts of one hedged request. Shared with the pool's threads: the
+// losing attempt may still run after Run has returned with the winner.
+struct Client::HedgeRace {
   struct Racer {
     v1::Attempt target;
     AttemptContext ctx;
     std::atomic<bool> cancel{false};
     AttemptOutcome out;
+    bool done = false;  // guarded by mu
   };
+  std::string chain;
+  std::string decision_id;
+  AttemptFn attempt;  // a copy, for the same reason
   std::mutex mu;
   std::condition_variable finished_cv;
-  std::vector<Racer*> finished;  // in the order they answered; guarded by mu
   Racer racers[2];
-  for (int i = 0; i < 2; ++i) {
-    racers[i].target = plan.attempts(i);
-    racers[i].ctx = AttemptContext{static_cast<uint32_t>(i + 1), /*hedged=*/i == 1, &racers[i].cancel};
-  }
-  auto run = [&](Racer* r) {
-    AttemptOutcome out = attempt(r->target, r->ctx);
-    std::lock_guard<std::mutex> lock(mu);
-    r->out = std::move(out);
-    finished.push_back(r);
-    finished_cv.notify_all();
-  };
-  HedgeResult h;
-  std::thread first(run, &racers[0]);
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (finished_cv.wait_for(lock, absl::ToChronoNanoseconds(FromProto(plan.hedge_after())),
-                             [&] { return !finished.empty(); })) {
-      lock.unlock();
-      first.join();
-      h.first = std::move(racers[0].out);
-      return h;
+  std::vector<int> finished;  // racers in the order they answered; guarded by mu
+  bool abandoned = false;     // Run has returned: a racer that finishes now reports itself; guarded by mu
+};
+
+void Client::StartRacer(const std::shared_ptr<HedgeRace>& race, int i) {
+  attempt_pool_->Run([this, race, i] {
+    HedgeRace::Racer& r = race->racers[i];
+    AttemptOutcome out = race->attempt(r.target, r.ctx);
+    bool report_here = false;
+    {
+      std::lock_guard<std::mutex> lock(race->mu);
+      r.out = std::move(out);
+      r.done = true;
+      race->finished.push_back(i);
+      report_here = race->abandoned;
     }
+    race->finished_cv.notify_all();
+    if (report_here) {
+      // The loser of a race Run no longer waits for, reported from here.
+      CallBudget budget(options_.failoverd_budget);
+      v1::ReportOutcomeResponse verdict;
+      std::string refusal;
+      v1::ReportOutcomeRequest report = RacerReport(*race, i);
+      if (Report(&report, &verdict, &refusal, &budget) == Sent::kUnreachable) Buffer(std::move(report));
+    }
+  });
+}
+
+v1::ReportOutcomeRequest Client::RacerReport(const HedgeRace& race, int i) {
+  const HedgeRace::Racer& r = race.racers[i];
+  AttemptOutcome out = r.out;
+  if (!out.ok && r.cancel.load(std::memory_order_acquire)) {
+    // Told to stop: whatever it returned, it is not a failure of its target.
+    out.failure = v1::Failure();
+    out.failure.set_cancelled(true);
+    out.failure.set_message("cancelled: another attempt served the request");
+  }
+  v1::ReportOutcomeRequest report = MakeReport(race.chain, race.decision_id, r.target.target(), r.ctx.number, out);
+  report.set_hedged(r.ctx.hedged);
+  return report;
+}
+
+Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTargetResponse& plan,
+                                  const AttemptFn& attempt, CallBudget* budget) {
+  auto race = std::make_shared<HedgeRace>();
+  race->chain = chain;
+  race->decision_id = plan.decision_id();
+  race->attempt = attempt;
+  for (int i = 0; i < 2; ++i) {
+    race->racers[i].target = plan.attempts(i);
+    race->racers[i].ctx = AttemptContext{static_cast<uint32_t>(i + 1), /*hedged=*/i == 1, &race->racers[i].cancel};
+  }
+  HedgeResult h;
+  StartRacer(race, 0);
+  std::unique_lock<std::mutex> lock(race->mu);
+  if (race->finished_cv.wait_for(lock, absl::ToChronoNanoseconds(FromProto(plan.hedge_after())),
+                                 [&] { return !race->finished.empty(); })) {
+    h.first = std::move(race->racers[0].out);
+    return h;
   }
   h.hedged = true;
-  std::thread second(run, &racers[1]);
-  {
-    // The first success tells the other attempt to stop.
-    std::unique_lock<std::mutex> lock(mu);
-    finished_cv.wait(lock, [&] {
-      for (Racer* r : finished) {
-        if (r->out.ok) return true;
-      }
-      return finished.size() == 2;
-    });
-    for (Racer* r : finished) {
-      if (r->out.ok) {
-        for (Racer& other : racers) other.cancel.store(&other != r, std::memory_order_release);
-        break;
-      }
+  lock.unlock();
+  StartRacer(race, 1);
+  lock.lock();
+  // The first success tells the other attempt to stop; Run returns with it at
+  // once. Both failing: both are reported and the last verdict decides.
+  race->finished_cv.wait(lock, [&] {
+    for (int i : race->finished) {
+      if (race->racers[i].out.ok) return true;
+    }
+    return race->finished.size() == 2;
+  });
+  int winner = -1;
+  for (int i : race->finished) {
+    if (race->racers[i].out.ok) {
+      winner = i;
+      break;
     }
   }
-  first.join();
-  second.join();
-  for (Racer* r : finished) {
-    AttemptOutcome out = r->out;
-    if (!out.ok && r->cancel.load(std::memory_order_acquire)) {
-      // Told to stop: whatever it returned, it is not a failure of its target.
-      out.failure = v1::Failure();
-      out.failure.set_cancelled(true);
-      out.failure.set_message("cancelled: another attempt served the request");
+  std::vector<int> to_report = race->finished;
+  if (winner >= 0) {
+    race->racers[1 - winner].cancel.store(true, std::memory_order_release);
+    to_report = {winner};
+    if (race->racers[1 - winner].done) {
+      to_report.push_back(1 - winner);
+    } else {
+      race->abandoned = true;  // the loser reports itself when it returns
     }
-    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), r->target.target(), r->ctx.number, out);
-    report.set_hedged(r->ctx.hedged);
-    AttemptRecord record{r->target.target(), r->ctx.number, out.ok, v1::VERDICT_UNSPECIFIED, r->ctx.hedged};
-    record.latency = out.latency;
+  }
+  lock.unlock();
+  for (int i : to_report) {
+    const HedgeRace::Racer& r = race->racers[i];
+    v1::ReportOutcomeRequest report = RacerReport(*race, i);
+    AttemptRecord record{r.target.target(), r.ctx.number, r.out.ok, v1::VERDICT_UNSPECIFIED, r.ctx.hedged};
+    record.latency = r.out.latency;
     v1::ReportOutcomeResponse verdict;
     switch (Report(&report, &verdict, &h.refusal, budget)) {
       case Sent::kDelivered:
@@ -495,12 +542,19 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
         break;
     }
     h.records.push_back(record);
-    h.tried.push_back(r->target.target());
-    h.last_attempt = r->target;
-    if (out.ok && h.served_by.empty()) {
-      h.served_by = r->target.target();
-      h.response = std::move(out.response);
+    h.tried.push_back(r.target.target());
+    h.last_attempt = r.target;
+    if (r.out.ok && h.served_by.empty()) {
+      h.served_by = r.target.target();
+      h.response = r.out.response;
     }
+  }
+  if (winner >= 0 && to_report.size() == 1) {
+    // The loser is still running: on the record, told to stop, not yet reported.
+    const HedgeRace::Racer& loser = race->racers[1 - winner];
+    h.records.push_back(AttemptRecord{loser.target.target(), loser.ctx.number, false, v1::VERDICT_UNSPECIFIED,
+                                      loser.ctx.hedged});
+    h.tried.push_back(loser.target.target());
   }
   return h;
 }

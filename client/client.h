@@ -14,7 +14,11 @@
 // carries hedge_after, the loop starts the plan's second attempt beside the
 // first once hedge_after passes without an answer. The first success wins;
 // the other attempt is told to stop (AttemptContext::Cancelled) and, unless
-// it succeeded too, is reported as cancelled.
+// it succeeded too, is reported as cancelled. Run returns with the first
+// success at once; the other attempt runs on (on a thread of a pool the client
+// keeps) until it returns and is then reported from there. So the attempt
+// function must own what it uses, not borrow from Run's caller, and
+// ~Client waits for attempts still running.
 #pragma once
 
 #include <atomic>
@@ -32,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/attempt_pool.h"
 #include "client/connection.h"
 #include "failover/v1/decision.grpc.pb.h"
 
@@ -155,7 +160,9 @@ class Client {
   // and makes the client: the one call most callers need. Fails only when a
   // TLS file cannot be read.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
-  ~Client();  // stops the flushing thread (buffered reports not yet sent are dropped)
+  // Waits for hedged attempts still running, then stops the flushing thread
+  // (buffered reports not yet sent are dropped).
+  ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -214,8 +221,11 @@ class Client {
                        const RunOptions& options, LoopResult result);
   // The first two attempts of a hedged plan (see the top of this file).
   struct HedgeResult;
+  struct HedgeRace;
   HedgeResult Hedge(const std::string& chain, const v1::PickTargetResponse& plan, const AttemptFn& attempt,
                     CallBudget* budget);
+  void StartRacer(const std::shared_ptr<HedgeRace>& race, int i);
+  v1::ReportOutcomeRequest RacerReport(const HedgeRace& race, int i);
 
   std::shared_ptr<v1::DecisionService::StubInterface> stub_;
   ClientOptions options_;
@@ -257,6 +267,9 @@ class Client {
   bool flusher_woken_ = false;   // guarded by flusher_mu_
   bool flusher_stop_ = false;    // guarded by flusher_mu_
   std::thread flusher_;
+  // Hedged attempts (and a loser's report). Made at the start of ~Client's
+  // work and ended first: it waits for attempts still running.
+  std::unique_ptr<AttemptPool> attempt_pool_ = std::make_unique<AttemptPool>();
 };
 
 }  // namespace failover::client

@@ -2,9 +2,13 @@
 // verdict, and the fail-static paths.
 #include "client/client.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "failover/v1/decision_mock.grpc.pb.h"
@@ -469,6 +473,16 @@ v1::PickTargetResponse HedgedPlan(absl::Duration after) {
   return p;
 }
 
+// Polls `done` until it holds or 10 s pass.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 // A latch the attempts of one test wait on, each with a deadline.
 class Signals {
  public:
@@ -535,8 +549,12 @@ TEST_F(HedgeTest, ASlowFirstAttemptIsHedgedAndTheWinnerServesTheRequest) {
   EXPECT_TRUE(r.ok);
   EXPECT_EQ(r.served_by, "b");
   EXPECT_EQ(r.response, "from b") << "the winner's reply comes out of Run";
+  // a returns once told to stop and then reports itself.
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    return reports_.size() == 2;
+  }));
   EXPECT_TRUE(a_saw_cancel);
-  ASSERT_EQ(reports_.size(), 2u);
   EXPECT_EQ(reports_[0].target(), "b");
   EXPECT_TRUE(reports_[0].has_success());
   EXPECT_TRUE(reports_[0].hedged());
@@ -545,6 +563,70 @@ TEST_F(HedgeTest, ASlowFirstAttemptIsHedgedAndTheWinnerServesTheRequest) {
   EXPECT_FALSE(reports_[1].hedged());
   ASSERT_EQ(r.attempts.size(), 2u);
   EXPECT_TRUE(r.attempts[0].hedged);
+}
+
+// b succeeds while a goes on ignoring the cancel: Run returns with b at once,
+// a is reported (cancelled) from the pool when it finally returns.
+TEST_F(HedgeTest, RunReturnsOnTheFirstSuccessWithoutWaitingForTheOther) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(HedgedPlan(absl::Milliseconds(1))), Return(grpc::Status::OK)));
+  ExpectReports({Verdict(v1::VERDICT_DONE), Verdict(v1::VERDICT_FAIL)});
+  RunOptions options;
+  options.idempotent = true;
+  auto signals = std::make_shared<Signals>();  // owned by the attempt too: a outlives Run
+  LoopResult r = client_->Run(
+      "ch",
+      [signals](const v1::Attempt& a, const AttemptContext&) {
+        if (a.target() == "b") return Ok();
+        signals->Wait("Run returned");
+        signals->Set("a returned");
+        return Fail(504);
+      },
+      options);
+  const bool a_still_running = !signals->Wait("a returned", absl::ZeroDuration());
+  signals->Set("Run returned");
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.served_by, "b");
+  EXPECT_TRUE(a_still_running) << "Run waited for the slower attempt";
+  ASSERT_EQ(r.attempts.size(), 2u);
+  EXPECT_EQ(r.attempts[1].target, "a");
+  EXPECT_EQ(r.attempts[1].verdict, v1::VERDICT_UNSPECIFIED) << "not reported yet";
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    return reports_.size() == 2;
+  }));
+  EXPECT_EQ(reports_[0].target(), "b");
+  EXPECT_EQ(reports_[1].target(), "a");
+  EXPECT_TRUE(reports_[1].failure().cancelled());
+}
+
+// Hedged requests one after another reuse the pool's threads.
+TEST_F(HedgeTest, HedgedAttemptsRunOnReusedThreads) {
+  constexpr int kRequests = 20;
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(HedgedPlan(absl::Milliseconds(1))), Return(grpc::Status::OK)));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
+  RunOptions options;
+  options.idempotent = true;
+  auto tids = std::make_shared<std::pair<std::mutex, std::set<long>>>();
+  for (int i = 0; i < kRequests; ++i) {
+    LoopResult r = client_->Run(
+        "ch",
+        [tids](const v1::Attempt& a, const AttemptContext& ctx) {
+          {
+            std::lock_guard<std::mutex> lock(tids->first);
+            tids->second.insert(static_cast<long>(syscall(SYS_gettid)));
+          }
+          if (a.target() == "b") return Ok();
+          while (!ctx.Cancelled()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          return Fail(504);
+        },
+        options);
+    ASSERT_TRUE(r.ok);
+  }
+  std::lock_guard<std::mutex> lock(tids->first);
+  // A thread per attempt would be 40 thread ids; kept threads are a handful.
+  EXPECT_LE(tids->second.size(), 8u);
 }
 
 TEST_F(HedgeTest, AFirstAttemptThatAnswersInTimeIsNotHedged) {

@@ -283,7 +283,15 @@ class HeaderDeadlineTest(unittest.TestCase):
             shutil.rmtree(work, ignore_errors=True)
 
 
+def sanitized():
+    """A sanitizer build: its runtime needs free descriptors of its own (UBSan
+    checks memory through a pipe and reports a false error without one)."""
+    linked = subprocess.run(["ldd", FAILOVERD], capture_output=True, text=True).stdout
+    return any(lib in linked for lib in ("libasan", "libubsan", "libtsan"))
+
+
 class DescriptorsTest(unittest.TestCase):
+    @unittest.skipIf(sanitized(), "a sanitizer's runtime cannot run without free descriptors")
     def test_running_out_of_descriptors_leaves_the_listener_serving(self):
         import resource
         work = tempfile.mkdtemp()

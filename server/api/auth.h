@@ -31,7 +31,8 @@ class Authorizer {
   [[nodiscard]] absl::Status Reload();
   size_t token_count() const;
   // A token that may make calls of `role` (for calls between cluster
-  // replicas, which share the file); empty when there is none.
+  // replicas, which share the file): one of that role if there is one, else
+  // an admin token; empty when there is none.
   std::string TokenFor(Role role) const;
 
   // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED when the

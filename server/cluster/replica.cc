@@ -44,6 +44,10 @@ void RequireKeyCreatedAt(etcdpb::TxnRequest* txn, const std::string& key, int64_
   compare->set_create_revision(revision);
 }
 
+// Replicas write the leader key on their lease; one on none was written by
+// hand and belongs to no replica.
+bool HeldByALease(const mvccpb::KeyValue& kv) { return kv.lease() != 0; }
+
 std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
@@ -244,7 +248,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   absl::StatusOr<etcdpb::RangeResponse> held = etcd_->Range(leader);
   if (!held.ok()) return held.status();
   *revision = held->header().revision();
-  SetLeaderAddress(held->kvs_size() > 0 ? held->kvs(0).value() : "");
+  SetLeaderAddress(held->kvs_size() > 0 && HeldByALease(held->kvs(0)) ? held->kvs(0).value() : "");
   if (absl::Status from_snapshot = InstallSnapshot(*revision); !from_snapshot.ok()) return from_snapshot;
   for (;;) {
     etcdpb::RangeRequest page;
@@ -354,7 +358,8 @@ void Replica::RunLog() {
       for (const mvccpb::Event& event : response.events()) {
         const mvccpb::KeyValue& kv = event.kv();
         if (kv.key() == keys_.Leader()) {
-          const bool gone = event.type() == mvccpb::Event::DELETE;
+          // A key on no lease is no leader's (a hand-written one): vacant.
+          const bool gone = event.type() == mvccpb::Event::DELETE || !HeldByALease(kv);
           SetLeaderAddress(gone ? "" : kv.value());
           if (gone) {
             std::lock_guard<std::mutex> lock(mu_);
@@ -542,12 +547,30 @@ void Replica::RunSession() {
         BecomeLeader(stood->header().revision());
       } else if (!stood->responses().empty() && stood->responses(0).response_range().kvs_size() > 0) {
         const mvccpb::KeyValue& held = stood->responses(0).response_range().kvs(0);
-        SetLeaderAddress(held.value());
-        if (held.lease() == lease_.load()) {
-          // This replica's own key from a term it has left: give it up so a
-          // clean election follows.
-          etcd_->Revoke(lease_.exchange(0));
-          continue;
+        if (!HeldByALease(held)) {
+          // Every replica writes its key on its lease, so etcd drops it when
+          // the replica dies; this one would never go. Clear exactly it
+          // (unchanged since read) and stand again.
+          log::Warn("the leader key is on no lease, so no replica holds it: clearing it and standing",
+                    {{"key", keys_.Leader()}, {"value", SanitizeUtf8(held.value(), 64)}});
+          etcdpb::TxnRequest clear;
+          etcdpb::Compare* same = clear.add_compare();
+          same->set_key(keys_.Leader());
+          same->set_target(etcdpb::Compare::MOD);
+          same->set_result(etcdpb::Compare::EQUAL);
+          same->set_mod_revision(held.mod_revision());
+          clear.add_success()->mutable_request_delete_range()->set_key(keys_.Leader());
+          absl::StatusOr<etcdpb::TxnResponse> cleared = etcd_->Txn(clear);
+          if (cleared.ok()) continue;
+          NoteEtcd(cleared.status());  // tried again after the wait below
+        } else {
+          SetLeaderAddress(held.value());
+          if (held.lease() == lease_.load()) {
+            // This replica's own key from a term it has left: give it up so a
+            // clean election follows.
+            etcd_->Revoke(lease_.exchange(0));
+            continue;
+          }
         }
       }
     }

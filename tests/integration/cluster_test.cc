@@ -410,8 +410,9 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   // Another replica's key replaces this leader's while its lease still runs
   // (as after a pause): it still takes itself for the leader; its writes are
   // fenced on the key it created.
-  auto kv = etcdserverpb::KV::NewStub(grpc::CreateChannel(
-      etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')), grpc::InsecureChannelCredentials()));
+  auto kv_channel = grpc::CreateChannel(etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')),
+                                       grpc::InsecureChannelCredentials());
+  auto kv = etcdserverpb::KV::NewStub(kv_channel);
   // (The followers are paused meanwhile, so none of them stands in between.)
   for (int i = 0; i < kReplicas; ++i) {
     if (i != leader_) {
@@ -422,9 +423,15 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   drop.set_key(prefix_ + "/leader");
   etcdserverpb::DeleteRangeResponse dropped;
   ASSERT_TRUE(kv->DeleteRange(Ctx().get(), drop, &dropped).ok());
+  // On a lease of its own, as every replica's key is (a key on none counts as vacant).
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  etcdserverpb::LeaseGrantResponse granted;
+  ASSERT_TRUE(etcdserverpb::Lease::NewStub(kv_channel)->LeaseGrant(Ctx().get(), grant, &granted).ok());
   etcdserverpb::PutRequest put;
   put.set_key(prefix_ + "/leader");
   put.set_value("127.0.0.1:1");
+  put.set_lease(granted.id());
   etcdserverpb::PutResponse taken;
   ASSERT_TRUE(kv->Put(Ctx().get(), put, &taken).ok());
   ASSERT_EQ(Status(leader_).role(), ClusterStatus::ROLE_LEADER);
@@ -448,6 +455,30 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   leader_ = AwaitLeader();
   ASSERT_GE(leader_, 0);
   EXPECT_TRUE(Pin(Follower(), "b").ok());
+}
+
+// A leader key written by hand, on no lease, would never expire: after the
+// leader dies the survivors clear it and elect one of themselves, and admin
+// calls reach that one, not the hand-written address.
+TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int old_leader = leader_;
+  ASSERT_EQ(kill(proc(old_leader).pid(), SIGKILL), 0);
+  proc(old_leader).WaitExit(10);
+  auto kv = etcdserverpb::KV::NewStub(grpc::CreateChannel(
+      etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')), grpc::InsecureChannelCredentials()));
+  etcdserverpb::PutRequest put;  // replaces the dead leader's key; no lease
+  put.set_key(prefix_ + "/leader");
+  put.set_value("garbage:1");
+  etcdserverpb::PutResponse written;
+  ASSERT_TRUE(kv->Put(Ctx().get(), put, &written).ok());
+  leader_ = AwaitLeader(20, {old_leader});
+  ASSERT_GE(leader_, 0) << "no replica took over from a leader key on no lease";
+  EXPECT_NE(leader_, old_leader);
+  const int follower = Follower(old_leader);
+  ASSERT_GE(follower, 0);
+  EXPECT_TRUE(Pin(follower, "b").ok()) << "an admin call at a follower reaches the new leader";
+  EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
 }
 
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {

@@ -362,11 +362,16 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     snapshot_ = next;
   }
   // Chains with no stored state (or a stale one) settle now, as a Change.
+  // An engine that may not write (a cluster replica, before it follows the
+  // log) leaves that to the leader: it keeps the replicated state, and only a
+  // chain with none gets one, in memory.
+  const bool settle = accepting_changes();
   EvalContext ctx;
   ctx.reason = SwitchReason::kConfig;
   for (const ChainEntry& c : next->chains) {
     std::lock_guard<std::mutex> lock(c.rt->mu);
-    EvaluateChainLocked(*next, c, now, ctx, w.events());
+    if (!settle && c.rt->initialized) continue;
+    EvaluateChainLocked(*next, c, now, ctx, settle ? w.events() : &ignored);
   }
   Events events;
   w.Finish(&events);

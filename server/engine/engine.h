@@ -362,7 +362,9 @@ class Engine {
   // Loads persisted state before serving. A target that was DOWN is due for a
   // probe at once. Events are numbered from `state.next_sequence`. Returns the
   // events of chains that had to settle (no stored state, or state that no
-  // longer fits the config); none for a clean restore.
+  // longer fits the config); none for a clean restore. An engine not
+  // accepting changes (a cluster replica before it follows the log) settles
+  // nothing: it keeps the stored state and submits no Change.
   [[nodiscard]] absl::StatusOr<Events> Restore(const RestoredState& state, absl::Time now);
 
   // --- following another engine (DESIGN 3.13) ---

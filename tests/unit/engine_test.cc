@@ -1373,6 +1373,41 @@ TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
   EXPECT_EQ(ch.active_since, now_ - absl::Minutes(30));
 }
 
+// A stored chain state that no longer holds (its active target went DOWN)
+// settles as a Change on a single node. A cluster replica restores before it
+// follows the log and may not write: settling is the leader's job, so its
+// restore keeps the replicated state and submits nothing (a Change it cannot
+// write used to fail its start, again on every start).
+TEST_F(EngineTest, RestoreSettlesAStaleChainOnlyWhenItMayWrite) {
+  RestoredState state;
+  state.targets = {Target("a"), Target("b")};
+  state.chains = {Chain("ch", {"a", "b"})};
+  TargetStateRecord down;
+  down.name = "a";
+  down.automatic = HealthState::kDown;
+  down.since = now_ - absl::Minutes(1);
+  state.health = {down};
+  state.chain_states = {ChainStateRecord{"ch", "a", ChainState::kPrimary, now_ - absl::Hours(1), now_ - absl::Hours(1)}};
+  for (const bool accepting : {true, false}) {
+    Engine engine;
+    std::vector<Change> changes;
+    engine.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });
+    engine.SetAcceptingChanges(accepting, "this replica is not the cluster's leader yet");
+    auto settled = engine.Restore(state, now_);
+    ASSERT_TRUE(settled.ok()) << settled.status();
+    auto ch = engine.GetChain("ch");
+    ASSERT_TRUE(ch.ok());
+    if (accepting) {
+      EXPECT_EQ(changes.size(), 1u);
+      EXPECT_EQ(ch->status.active_target, "b");
+    } else {
+      EXPECT_TRUE(changes.empty()) << "a replica's restore submitted a Change it cannot write";
+      EXPECT_TRUE(settled->empty());
+      EXPECT_EQ(ch->status.active_target, "a") << "the replicated state, until the leader settles it";
+    }
+  }
+}
+
 // DESIGN 3.13: an engine that makes no transitions itself (a caller's local
 // copy, a cluster follower) answers the verdict failoverd answers for the same
 // state and report. A failure that trips its target moves on at once; it used

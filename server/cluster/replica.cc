@@ -144,6 +144,13 @@ void Replica::OnWrites(const absl::Status& status) {
     log::Error(absl::StrCat("cannot save state changes, refusing further changes until they go through: ",
                             status.message()));
     engine_->SetAcceptingChanges(false, std::string(status.message()));
+    if (IsLeader()) {
+      // A leader that cannot save would refuse every change cluster-wide:
+      // hand leadership on at once (giving up the lease drops the leader key)
+      // and stand again only once writes go through.
+      StepDown(absl::StrCat("its data dir refuses writes: ", status.message()));
+      etcd_->Revoke(lease_.exchange(0));
+    }
   }
 }
 
@@ -531,7 +538,7 @@ void Replica::RunSession() {
       lease_ = *granted;
       renewed = absl::Now();
     }
-    if (!IsLeader() && !reset_wanted_.load()) {
+    if (!IsLeader() && !reset_wanted_.load() && writes_ok_.load()) {
       // Stand: create the leader key, on this replica's lease, if nobody holds it.
       etcdpb::TxnRequest txn;
       RequireKeyCreatedAt(&txn, keys_.Leader(), 0);  // 0: no such key

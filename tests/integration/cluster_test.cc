@@ -18,6 +18,7 @@
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "tests/support/api_test.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/small_disk.h"
 
 namespace failover::testing {
 namespace {
@@ -80,12 +81,14 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
-  void StartReplica(int i, std::vector<std::string> extra = {}) {
+  // `data_dir`: another than the replica's own (a small disk, say).
+  void StartReplica(int i, std::vector<std::string> extra = {}, const std::string& data_dir = "") {
     std::vector<std::string> args = {"--etcd-endpoints", etcd_->Endpoints(), "--etcd-prefix", prefix_,
                                      "--leader-lease", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     procs_[static_cast<size_t>(i)] = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{
-        data_[static_cast<size_t>(i)]->path(), args, "127.0.0.1:" + std::to_string(ports_[static_cast<size_t>(i)])});
+        data_dir.empty() ? data_[static_cast<size_t>(i)]->path() : data_dir, args,
+        "127.0.0.1:" + std::to_string(ports_[static_cast<size_t>(i)])});
     std::string error;
     ASSERT_TRUE(procs_[static_cast<size_t>(i)]->Start(&error)) << error;
   }
@@ -571,6 +574,38 @@ TEST_F(ClusterTest, ARestartedReplicaCatchesUp) {
   v1::TargetView view;
   ASSERT_TRUE(Admin(away)->GetTarget(Ctx().get(), req, &view).ok());
   EXPECT_EQ(view.status().health(), v1::HEALTH_STATE_DOWN);
+}
+
+// A leader whose own disk refuses writes would refuse every change in the
+// cluster while it held on: it hands leadership on, and another replica
+// takes the changes.
+TEST_F(ClusterTest, ALeaderWhoseDiskRefusesWritesStepsDown) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  SmallDisk disk(32);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  // A follower moves onto the small disk and is made the leader: the other
+  // follower is paused while the leader dies.
+  const int small = Follower();
+  const int other = Follower(small);
+  proc(small).Stop(SIGKILL);
+  StartReplica(small, {"--min-free-mb", "1"}, disk.path() + "/data");
+  ASSERT_TRUE(Within(10, [&] { return Status(small).applied_index() == Status(leader_).applied_index(); }));
+  ASSERT_EQ(kill(proc(other).pid(), SIGSTOP), 0);
+  const int dead = leader_;
+  proc(dead).Stop(SIGKILL);
+  leader_ = AwaitLeader(15, {dead, other});
+  ASSERT_EQ(kill(proc(other).pid(), SIGCONT), 0);
+  ASSERT_EQ(leader_, small);
+  ASSERT_TRUE(Within(10, [&] { return Status(other).leader() == Address(small); }));
+
+  disk.FillLeaving(0);
+  const grpc::Status refused = Pin(small, "b");  // in etcd, but not on its own disk
+  EXPECT_FALSE(refused.ok());
+  leader_ = AwaitLeader(15, {dead, small});  // (small may not follow while its disk is full)
+  EXPECT_EQ(leader_, other) << "the leader with a full disk kept the leadership";
+  EXPECT_TRUE(Within(10, [&] { return Pin(other, "a").ok(); })) << "changes are refused cluster-wide";
+  EXPECT_EQ(Pinned(other), "a");
 }
 
 TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {

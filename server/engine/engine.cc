@@ -344,7 +344,7 @@ void Engine::Tick(absl::Time now, Events* events) {
   // Look first without the writer lock: most ticks change nothing.
   std::shared_ptr<const Snapshot> snap = Load();
   bool due = false;
-  for (const TargetEntry& t : snap->targets) due = due || ComesBackNow(t, now);
+  for (const TargetEntry& t : snap->targets) due = due || ComesBackNow(t, now) || ErrorUnsaved(t);
   for (const ChainEntry& c : snap->chains) {
     if (due) break;
     std::lock_guard<std::mutex> lock(c.rt->mu);
@@ -355,12 +355,19 @@ void Engine::Tick(absl::Time now, Events* events) {
   snap = Load();  // a config change may have come first
   for (const TargetEntry& t : snap->targets) {
     if (ComesBackNow(t, now)) ApplyTimePassed(*snap, t, now, w.events());
+    // Errors outcomes recorded without a Change: saved, and so replicated, now.
+    if (ErrorUnsaved(t)) w.TouchTarget(t.config.name);
   }
   for (const ChainEntry& c : snap->chains) {
     std::lock_guard<std::mutex> lock(c.rt->mu);
     EvaluateChainLocked(*snap, c, now, EvalContext{}, w.events());
   }
   w.Finish(events);
+}
+
+bool Engine::ErrorUnsaved(const TargetEntry& t) const {
+  std::lock_guard<std::mutex> lock(t.rt->mu);
+  return t.rt->error_unsaved;
 }
 
 bool Engine::ComesBackNow(const TargetEntry& t, absl::Time now) const {

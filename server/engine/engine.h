@@ -82,6 +82,9 @@ struct TargetRuntime {
   bool lease_recovery = false;
   bool probe_now = false;
   bool manual = false;
+  // last_error changed by an outcome that made no Change: saved (and so
+  // replicated) by the next Change or tick that records the target.
+  bool error_unsaved = false;
   Source source = Source::kAuto;
   // The outstanding probe lease, if any (one per target across all probers).
   std::string lease_id;
@@ -500,6 +503,7 @@ class Engine {
                         ProbeResponse* response, Events* events, std::set<std::string>* observed);
   // A target without health checks whose dwell has passed.
   bool ComesBackNow(const TargetEntry& t, absl::Time now) const;
+  bool ErrorUnsaved(const TargetEntry& t) const;
   // Brings back targets without health checks whose dwell passed (writer held).
   void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
 

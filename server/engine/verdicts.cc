@@ -67,6 +67,17 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   // events are numbered in the order state changed. The dry run that decides
   // this is the same code as the recording (HealthMode), so the two agree.
   const CallOutcome call{req.latency};
+  // The error is kept where the state is made. An engine that makes no
+  // transitions (a cluster follower, a local copy) shows the one that comes
+  // with failoverd's Changes, so every replica shows the same; the deciding
+  // engine saves it with its next Change or tick.
+  auto note_error = [&](TargetRuntime& rt) {
+    if (!accepting_changes()) return;
+    if (!(c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap)) return;
+    rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
+    rt.last_error_time = now;
+    rt.error_unsaved = true;
+  };
   auto record_outcome = [&](const TargetEntry& t, HealthMode mode, HealthTransition* tr) {
     TargetRuntime& rt = *t.rt;
     TargetHealth& health = rt.health;
@@ -85,10 +96,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     if (limited_long) changed = health.OnLimitedUntil(now, now + req.facts.retry_after, summary, tr, mode) || changed;
     if (dry) return changed;
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
-    if (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap) {
-      rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
-      rt.last_error_time = now;
-    }
+    note_error(rt);
     if (c.reason == Reason::kRateLimit && !limited_long) {
       // The hold is the target's (its health settings), shared by every chain.
       const absl::Duration hold =
@@ -104,10 +112,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     TargetRuntime& rt = *t.rt;
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     if (req.facts.success && req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
-    if (!req.facts.success && (c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap)) {
-      rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
-      rt.last_error_time = now;
-    }
+    if (!req.facts.success) note_error(rt);
     if (req.facts.success || c.counts) rt.health.Tally(*t.health, now, /*failed=*/!req.facts.success, call);
   };
   bool needs_writer = false;

@@ -484,6 +484,40 @@ TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
   EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
 }
 
+// Failures that trip nothing, reported at different replicas: once the
+// cluster has settled every replica shows the same last error (the leader's,
+// saved with its next tick), not each its own callers' last one.
+TEST_F(ClusterTest, EveryReplicaShowsTheSameLastError) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1000)).ok());
+  const int f1 = Follower();
+  const int f2 = Follower(f1);
+  auto fail = [&](int i, const std::string& message) {
+    v1::ReportOutcomeRequest req;
+    req.set_decision_id(Pick(i).decision_id());
+    req.set_target("a");
+    req.mutable_failure()->set_http_status(503);
+    req.mutable_failure()->set_message(message);
+    v1::ReportOutcomeResponse resp;
+    EXPECT_TRUE(Decide(i)->ReportOutcome(Ctx().get(), req, &resp).ok());
+  };
+  fail(f1, "from the first follower");
+  fail(f2, "from the second follower");
+  fail(leader_, "from the leader");
+  fail(f1, "last, from the first follower");
+  auto last_error = [&](int i) {
+    v1::GetTargetRequest req;
+    req.set_name("a");
+    v1::TargetView view;
+    if (!Admin(i)->GetTarget(Ctx(2).get(), req, &view).ok()) return std::string("(no answer)");
+    return view.status().last_error();
+  };
+  EXPECT_TRUE(Within(10, [&] {
+    const std::string leader = last_error(leader_);
+    return leader.find("last, from the first follower") != std::string::npos && last_error(f1) == leader &&
+           last_error(f2) == leader;
+  })) << "leader: " << last_error(leader_) << "; followers: " << last_error(f1) << " / " << last_error(f2);
+}
+
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
   ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));

@@ -6,15 +6,14 @@
 #include "client/connection.h"
 #include "common/clock.h"
 #include "proto/state_convert.h"
-#include "server/api/decision_service.h"
+#include "server/api/decision_convert.h"
 #include "server/api/status_convert.h"
 #include "server/engine/engine.h"
 
 namespace failover::client {
 
 struct LocalDecisions::Copy {
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<api::DecisionService> service;  // failoverd's own handlers, on `engine`
+  std::unique_ptr<Engine> engine;  // follows failoverd's; decides as its own does, through api's conversions
 };
 
 LocalDecisions::LocalDecisions(std::shared_ptr<v1::DecisionService::StubInterface> stub, ConnectionOptions connection,
@@ -47,13 +46,30 @@ bool LocalDecisions::Ready() const { return Current() != nullptr; }
 grpc::Status LocalDecisions::Pick(const v1::PickTargetRequest& req, v1::PickTargetResponse* resp) {
   std::shared_ptr<Copy> copy = Current();
   if (copy == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no copy of failoverd's state yet");
-  return api::ToGrpcStatus(copy->service->Pick(req, resp));
+  absl::StatusOr<PickRequest> pick = api::PickFromProto(req);
+  if (!pick.ok()) return api::ToGrpcStatus(pick.status());
+  Plan plan;
+  Events events;
+  const absl::Status picked = copy->engine->Pick(*pick, clock_->Now(), &plan, &events);
+  if (!picked.ok()) return api::ToGrpcStatus(picked);
+  api::PlanToProto(plan, resp);
+  return grpc::Status::OK;
 }
 
 grpc::Status LocalDecisions::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
   std::shared_ptr<Copy> copy = Current();
   if (copy == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no copy of failoverd's state yet");
-  return api::ToGrpcStatus(copy->service->Report(req, resp));
+  const absl::Time now = clock_->Now();
+  absl::StatusOr<ReportRequest> report = api::ReportFromProto(req, now);
+  if (!report.ok()) return api::ToGrpcStatus(report.status());
+  ReportResult result;
+  Events events;
+  for (uint32_t i = 0; i < api::OutcomesOf(req); ++i) {
+    const absl::Status reported = copy->engine->Report(*report, now, &result, &events);
+    if (!reported.ok()) return api::ToGrpcStatus(reported);
+  }
+  api::ReportResultToProto(result, resp);
+  return grpc::Status::OK;
 }
 
 absl::Duration LocalDecisions::Staleness() const {
@@ -153,10 +169,6 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
       fresh->engine->SetAcceptingChanges(false, "this engine follows failoverd, which makes every change");
       absl::StatusOr<Events> restored = fresh->engine->Restore(pending, clock_->Now());
       if (!restored.ok()) return give_up(absl::StrCat("cannot load failoverd's state: ", restored.status().message()));
-      api::ServiceContext context;
-      context.engine = fresh->engine.get();
-      context.clock = clock_.get();
-      fresh->service = std::make_unique<api::DecisionService>(context, api::WatchOptions());
       pending = RestoredState();
       parts = 0;
       copy = fresh;

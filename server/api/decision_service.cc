@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
+#include "server/api/decision_convert.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
 #include "common/status_macros.h"
-#include "server/engine/validate.h"
 
 namespace failover::api {
 
@@ -18,10 +18,6 @@ using failover::v1::ReportOutcomeResponse;
 using failover::v1::ProbeRequest;
 using failover::v1::ProbeResponse;
 using failover::v1::WatchEventsRequest;
-
-namespace {
-constexpr size_t kMaxSessionKey = 256;
-}  // namespace
 
 grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
@@ -140,19 +136,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* DecisionService::StreamOutcomes(grpc:
 }
 
 absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetResponse* resp) {
-  RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
-  if (req.exclude_targets_size() > static_cast<int>(kMaxChainTargets)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("exclude_targets: at most ", kMaxChainTargets, " entries, got ", req.exclude_targets_size()));
-  }
-  if (req.session_key().size() > kMaxSessionKey) {
-    return absl::InvalidArgumentError(absl::StrCat("session_key: at most ", kMaxSessionKey, " bytes"));
-  }
-  PickRequest pick;
-  pick.chain = req.chain();
-  pick.body_bytes = req.body_bytes();
-  pick.exclude_targets.assign(req.exclude_targets().begin(), req.exclude_targets().end());
-  pick.session_key = req.session_key();
+  ASSIGN_OR_RETURN(const PickRequest pick, PickFromProto(req));
   Plan plan;
   Events events;
   const absl::Time started = absl::Now();
@@ -165,12 +149,7 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   // The plan is given even when a change it made could not be saved
   // (DESIGN 3.14, invariant 6).
   if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
-  resp->set_decision_id(plan.decision_id);
-  resp->set_chain_state(ChainStateToProto(plan.state));
-  resp->set_config_generation(plan.generation);
-  resp->set_active_target(plan.active_target);
-  for (const PlannedAttempt& a : plan.attempts) AttemptToProto(a, resp->add_attempts());
-  if (plan.hedge_after > absl::ZeroDuration()) DurationToProto(plan.hedge_after, resp->mutable_hedge_after());
+  PlanToProto(plan, resp);
   return absl::OkStatus();
 }
 
@@ -235,47 +214,10 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
 }
 
 absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed) {
-  RETURN_IF_ERROR(ValidateName(req.target(), "target"));
-  if (!req.chain().empty()) RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
-  ReportRequest report;
-  report.decision_id = req.decision_id();
-  report.chain = req.chain();
-  report.target = req.target();
-  report.attempt = req.attempt();
-  if (req.has_latency()) {
-    ASSIGN_OR_RETURN(report.latency, DurationFromProto(req.latency(), "latency"));
-    if (report.latency < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("latency: must not be negative, got ", absl::FormatDuration(report.latency)));
-    }
-  }
-  switch (req.result_case()) {
-    case ReportOutcomeRequest::kSuccess: report.facts.success = true; break;
-    case ReportOutcomeRequest::kFailure: {
-      ASSIGN_OR_RETURN(report.facts, FailureFromProto(req.failure(), "failure", ctx_.clock->Now()));
-      break;
-    }
-    default: return absl::InvalidArgumentError("result: set either success or failure");
-  }
-  constexpr uint32_t kMaxCount = 10000;
-  if (req.count() > kMaxCount) {
-    return absl::InvalidArgumentError(absl::StrCat("count: at most ", kMaxCount, ", got ", req.count()));
-  }
-  if (req.count() > 1 && !report.facts.success) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count: ", req.count(), " outcomes in one report are allowed for successes only"));
-  }
+  ASSIGN_OR_RETURN(ReportRequest report, ReportFromProto(req, ctx_.clock->Now()));
   // A report counted before (a resent batch, a relay sent again) decides its
   // verdict again but counts nothing (DESIGN 3.14, invariant 4).
-  if (req.has_report_id()) {
-    const failover::v1::ReportId& id = req.report_id();
-    if (id.sender().empty() || id.sender().size() > 64) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("report_id.sender: 1 to 64 bytes, got ", id.sender().size()));
-    }
-    if (id.sequence() == 0) return absl::InvalidArgumentError("report_id.sequence: must be > 0");
-    report.count = report_ids_.FirstTime(id.sender(), id.sequence());
-  }
+  if (req.has_report_id()) report.count = report_ids_.FirstTime(req.report_id().sender(), req.report_id().sequence());
   ReportResult result;
   Events events;
   // On a cluster follower the counting (trips, recoveries) is the leader's,
@@ -293,7 +235,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     ctx_.leader->RelayAndWait(std::move(relayed), absl::Milliseconds(500));
   }
   Committer::Scope changes(ctx_.committer);
-  for (uint32_t i = 0; i < std::max<uint32_t>(req.count(), 1); ++i) {
+  for (uint32_t i = 0; i < OutcomesOf(req); ++i) {
     RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
     if (ctx_.metrics != nullptr && !relayed && report.count) {
       ctx_.metrics->OnOutcome(report.target, result, report.latency);
@@ -312,18 +254,7 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();
   }
-  resp->set_verdict(VerdictToProto(result.verdict));
-  resp->set_reason(ReasonToProto(result.reason));
-  if (result.verdict == Verdict::kRetrySame) DurationToProto(result.retry_delay, resp->mutable_retry_delay());
-  if (result.has_next) AttemptToProto(result.next, resp->mutable_next_attempt());
-  resp->set_error(result.error);
-  resp->set_counted(result.counted);
-  resp->set_target_health(HealthToProto(result.target_health));
-  if (!result.active_target.empty()) {  // a chain was known
-    resp->set_chain_state(ChainStateToProto(result.chain_state));
-    resp->set_active_target(result.active_target);
-  }
-  resp->set_decision_known(result.decision_known);
+  ReportResultToProto(result, resp);
   resp->set_duplicate(!report.count);
   return absl::OkStatus();
 }

@@ -1,0 +1,24 @@
+// Pick and Report without a call around them: the checks that name a bad
+// field, and the conversion between failover.v1 and the engine. Shared by the
+// gRPC adapter (decision_service) and a client's local decisions, which must
+// decide exactly as failoverd does without linking its server.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "failover/v1/decision.pb.h"
+#include "server/engine/engine.h"
+
+namespace failover::api {
+
+[[nodiscard]] absl::StatusOr<PickRequest> PickFromProto(const v1::PickTargetRequest& req);
+void PlanToProto(const Plan& plan, v1::PickTargetResponse* resp);
+
+// Checks every field, report_id's shape included (whether it was seen before
+// is the caller's to know). `now` dates a failure's retry-after.
+[[nodiscard]] absl::StatusOr<ReportRequest> ReportFromProto(const v1::ReportOutcomeRequest& req, absl::Time now);
+// The outcomes one report stands for (count is 0 or 1 for a single one).
+inline uint32_t OutcomesOf(const v1::ReportOutcomeRequest& req) { return req.count() > 1 ? req.count() : 1; }
+void ReportResultToProto(const ReportResult& result, v1::ReportOutcomeResponse* resp);
+
+}  // namespace failover::api

@@ -1,21 +1,19 @@
-"""Runs the decision loop and a watcher against a running failoverd.
+"""The decision loop with failoverd_client, and a watcher, against a running failoverd.
 
-    ./gen_stubs.sh && /usr/bin/python3 demo.py --server 127.0.0.1:50051
+    client/python/build_wheel.sh /tmp/dist && pip install /tmp/dist/failoverd_client-*.whl
+    python3 demo.py --server 127.0.0.1:50051
 
 Creates a demo chain (demo-primary, demo-fallback), serves a request while the
-primary is broken, and prints the switch seen by a watcher. Exits non-zero if
-anything is not as expected.
+primary is broken, and prints the switch a watcher saw and the events the
+client's hook saw. Exits non-zero if anything is not as expected.
 """
 import argparse
 import sys
 import threading
 
 import grpc
-
-sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), "gen"))
-from failover.v1 import admin_pb2, admin_pb2_grpc, decision_pb2_grpc, types_pb2  # noqa: E402
-
-from failover_client import run_request, watch  # noqa: E402
+from failoverd_client import AttemptOutcome, Client, failure_from_status
+from failoverd_client.v1 import admin_pb2, admin_pb2_grpc, decision_pb2, decision_pb2_grpc, types_pb2
 
 
 def main():
@@ -23,19 +21,17 @@ def main():
     parser.add_argument("--server", default="127.0.0.1:50051")
     args = parser.parse_args()
     channel = grpc.insecure_channel(args.server)
-    admin = admin_pb2_grpc.AdminServiceStub(channel)
-    decide = decision_pb2_grpc.DecisionServiceStub(channel)
-
-    admin.Apply(admin_pb2.ApplyRequest(
+    admin_pb2_grpc.AdminServiceStub(channel).Apply(admin_pb2.ApplyRequest(
         targets=[types_pb2.Target(name="demo-primary"), types_pb2.Target(name="demo-fallback")],
-        chains=[types_pb2.Chain(name="demo", targets=["demo-primary", "demo-fallback"])]))
+        chains=[types_pb2.Chain(name="demo", targets=["demo-primary", "demo-fallback"])]), timeout=10)
 
-    switches = []
-    first_event = threading.Event()
+    # A watcher: every event on the chain, live.
+    switches, watching = [], threading.Event()
+    events = decision_pb2_grpc.DecisionServiceStub(channel).WatchEvents(decision_pb2.WatchEventsRequest(chains=["demo"]))
 
     def watcher():
-        for event in watch(decide, chains=["demo"]):
-            first_event.set()
+        for event in events:
+            watching.set()
             if event.HasField("chain_switched") and event.chain_switched.reason == types_pb2.SWITCH_REASON_TRIP:
                 s = event.chain_switched
                 switches.append(f"{s.chain}: {s.from_target} -> {s.to_target} ({s.detail})")
@@ -43,18 +39,23 @@ def main():
 
     thread = threading.Thread(target=watcher, daemon=True)
     thread.start()
-    first_event.wait(10)
+    watching.wait(10)
 
-    def upstream(attempt):
-        if attempt.target == "demo-primary":
-            return (False, 500, "primary is down")
-        return (True, f"hello from {attempt.upstream_model}")
+    def attempt(target, ctx):  # one call to the upstream `target` names
+        if target.target == "demo-primary":
+            return AttemptOutcome(ok=False, failure=failure_from_status(500, "primary is down"))
+        return AttemptOutcome(ok=True, response=f"hello from {target.upstream_model}", latency=0.01)
 
-    target, result = run_request(decide, "demo", upstream)
-    print(f"served by {target}: {result}")
+    seen = []
+    with Client(args.server, on_event=lambda e: seen.append(f"{e.kind} {e.target} {e.next_target}".strip())) as client:
+        result = client.run("demo", attempt, timeout=30)
+    print(f"served by {result.served_by}: {result.response}")
+    print("the client's hook saw:", "; ".join(seen))
     thread.join(10)
+    events.cancel()
     print("watcher saw:", switches[0] if switches else "nothing")
-    if target != "demo-fallback" or not switches or "demo-primary -> demo-fallback" not in switches[0]:
+    if (result.served_by != "demo-fallback" or "failover demo-primary demo-fallback" not in seen
+            or not switches or "demo-primary -> demo-fallback" not in switches[0]):
         sys.exit(1)
 
 

@@ -18,12 +18,10 @@ from datetime import datetime, timezone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
-sys.path.insert(0, os.environ.get("FAILOVER_PY_GEN", os.path.join(ROOT, "examples", "python", "gen")))
 
 import grpc  # noqa: E402
-from failover.v1 import admin_pb2, admin_pb2_grpc, decision_pb2, decision_pb2_grpc, types_pb2  # noqa: E402
-from failover_client import failure_from_response  # noqa: E402
+from failoverd_client import failure_from_response  # noqa: E402
+from failoverd_client.v1 import admin_pb2, admin_pb2_grpc, decision_pb2, decision_pb2_grpc, types_pb2  # noqa: E402
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 

@@ -1,6 +1,7 @@
 """The Python package (client/python) against the real failoverd: the loop,
 tokens, admin refusals followed, failoverd killed mid-run and restarted, a
-hung failoverd costing one deadline, and the asyncio form.
+hung failoverd costing one deadline, the asyncio form, typed errors, enums and
+event hooks.
 
 usage: test_client.py FAILOVERD_BINARY   (with the installed package on PYTHONPATH)
 """
@@ -18,10 +19,11 @@ import time
 import unittest
 
 import grpc
-from failover.v1 import admin_pb2, admin_pb2_grpc, decision_pb2, decision_pb2_grpc, types_pb2
-from failoverd_client import (AttemptOutcome, Client, failure_from_exception, failure_from_response,
+from failoverd_client import (AttemptOutcome, Client, FailoverdError, FailoverdUnreachable, Reason, Unauthenticated,
+                              UnknownChain, Verdict, failure_from_exception, failure_from_response,
                               failure_from_status)
 from failoverd_client.aio import AsyncClient
+from failoverd_client.v1 import admin_pb2, admin_pb2_grpc, decision_pb2, decision_pb2_grpc, types_pb2
 
 BINARY = sys.argv.pop(1)
 
@@ -104,11 +106,72 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(r.served_by, "b")
             self.assertEqual(r.response, "from b")
             self.assertEqual([a.target for a in r.attempts], ["a", "b"])
-            self.assertEqual(r.attempts[0].verdict, decision_pb2.VERDICT_TRY_NEXT)
-            self.assertEqual(r.attempts[0].reason, decision_pb2.FAILURE_REASON_SERVER_ERROR)
+            self.assertIs(r.attempts[0].verdict, Verdict.TRY_NEXT)
+            self.assertIs(r.attempts[0].reason, Reason.SERVER_ERROR)
+            self.assertIs(r.attempts[1].verdict, Verdict.DONE)
             self.assertFalse(r.fail_static)
             # a tripped (trip.errors 1): the next plan starts with b.
             self.assertEqual(client.run("ch", ok_on("a", "b")).served_by, "b")
+
+    def test_verdicts_and_reasons_name_every_value_of_the_api(self):
+        for enum, proto, prefix in ((Verdict, decision_pb2.Verdict, "VERDICT_"),
+                                    (Reason, decision_pb2.FailureReason, "FAILURE_REASON_")):
+            self.assertEqual({prefix + m.name: m.value for m in enum}, dict(proto.items()))
+
+    def test_the_hook_sees_the_failover_the_trip_and_a_fail_static_request(self):
+        events = []
+        with Client(self.server.address, timeout=2, on_event=events.append) as client:
+            self.assertTrue(client.run("ch", ok_on("b")).ok)
+            self.assertEqual([(e.kind, e.target, e.next_target, e.reason) for e in events],
+                             [("target_down", "a", "", Reason.SERVER_ERROR),
+                              ("failover", "a", "b", Reason.SERVER_ERROR)])
+            self.server.stop(signal.SIGKILL)
+            del events[:]
+            self.assertTrue(client.run("ch", ok_on("b")).fail_static)
+            self.assertEqual([e.kind for e in events], ["fail_static"])
+            self.assertIn("UNAVAILABLE", events[0].message)
+
+    def test_a_hook_that_raises_does_not_break_the_request(self):
+        def broken(event):
+            raise RuntimeError("the caller's bug")
+        with Client(self.server.address, on_event=broken) as client:
+            with self.assertLogs("failoverd_client", level="ERROR") as logged:
+                self.assertEqual(client.run("ch", ok_on("b")).served_by, "b")
+            self.assertIn("the caller's bug", "\n".join(logged.output))
+
+    def test_an_unknown_chain_is_raised_typed(self):
+        with Client(self.server.address) as client:
+            with self.assertRaises(UnknownChain) as raised:
+                client.run("no-such-chain", ok_on("a"))
+            self.assertEqual(raised.exception.chain, "no-such-chain")
+            self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+            with self.assertRaises(FailoverdError) as raised:
+                client.run("Bad Name!", ok_on("a"))
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("chain", str(raised.exception))
+
+    def test_an_unreachable_failoverd_without_a_plan_names_the_address_and_cause(self):
+        address = f"127.0.0.1:{free_port()}"
+        with Client(address, timeout=2) as client:
+            with self.assertRaises(FailoverdUnreachable) as raised:
+                client.run("ch", ok_on("a"))
+            self.assertEqual(raised.exception.address, address)
+            self.assertIn(address, str(raised.exception))
+            self.assertIn("UNAVAILABLE", raised.exception.cause)
+            with self.assertRaises(FailoverdUnreachable):  # also while backing off, without a call
+                client.run("ch", ok_on("a"))
+
+    def test_the_asyncio_form_raises_the_same_errors(self):
+        async def main():
+            async with AsyncClient(self.server.address) as client:
+                async def attempt(a, ctx):
+                    return ok_on("a")(a, ctx)
+                with self.assertRaises(UnknownChain):
+                    await client.run("no-such-chain", attempt)
+            async with AsyncClient(f"127.0.0.1:{free_port()}", timeout=2) as client:
+                with self.assertRaises(FailoverdUnreachable):
+                    await client.run("ch", attempt)
+        asyncio.run(main())
 
     def test_admin_refusals_are_followed_not_taken_for_an_outage(self):
         for t in ("a", "b"):
@@ -399,10 +462,12 @@ class TokenTest(unittest.TestCase):
         server = Failoverd(d, free_port(), ["--tokens-file", tokens])
         try:
             configure(server.address, metadata=(("authorization", "Bearer admin-secret"),))
-            with Client(server.address) as anonymous:
-                r = anonymous.run("ch", ok_on("a"))
-                self.assertFalse(r.ok)
-                self.assertFalse(r.fail_static)  # refused, not unreachable
+            with Client(server.address) as anonymous:  # refused, not unreachable
+                with self.assertRaises(Unauthenticated) as raised:
+                    anonymous.run("ch", ok_on("a"))
+                self.assertEqual(raised.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+            with Client(server.address, token="wrong") as wrong:
+                self.assertRaises(Unauthenticated, wrong.run, "ch", ok_on("a"))
             with Client(server.address, token="decide-secret") as client:
                 self.assertTrue(client.run("ch", ok_on("a")).ok)
         finally:

@@ -3,14 +3,17 @@ plans, the bounded report buffer and the record of whether failoverd answers."""
 from __future__ import annotations
 
 import collections
+import enum
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 import grpc
-from failover.v1 import decision_pb2
+
+from .v1 import decision_pb2, types_pb2
 
 # Set on every error failoverd itself returns: its answers (UNAVAILABLE when no
 # target may be tried, NOT_FOUND for a deleted chain) are decisions to follow,
@@ -19,6 +22,91 @@ ANSWERED_TRAILER = "failoverd-answered"
 BATCH = 256          # reports per StreamOutcomes call
 MAX_COUNT = 10000    # successes one report may stand for
 MAX_STEPS = 64       # attempts per request, a guard against a runaway loop
+
+
+class Verdict(enum.IntEnum):
+    """What failoverd said to do after an attempt (failover.v1.Verdict)."""
+    UNSPECIFIED = 0  # failoverd was not reached
+    DONE = 1
+    RETRY_SAME = 2
+    TRY_NEXT = 3
+    FAIL = 4
+
+
+class Reason(enum.IntEnum):
+    """How failoverd classified a failed attempt (failover.v1.FailureReason)."""
+    UNSPECIFIED = 0
+    NETWORK = 1
+    TIMEOUT = 2
+    OVERLOADED = 3
+    SERVER_ERROR = 4
+    RATE_LIMIT = 5
+    AUTH = 6
+    BILLING = 7
+    MODEL_NOT_FOUND = 8
+    CAPABILITY_GAP = 9
+    ADMISSION = 10
+    CONTEXT_OVERFLOW = 11
+    CLIENT_ERROR = 12
+    CANCELLED = 13
+    UNKNOWN = 14
+    RETRY_BUDGET = 15
+
+
+def verdict_of(value: int) -> Verdict:
+    try:
+        return Verdict(value)
+    except ValueError:  # a newer failoverd's: shown as unspecified rather than failing the request
+        return Verdict.UNSPECIFIED
+
+
+def reason_of(value: int) -> Reason:
+    try:
+        return Reason(value)
+    except ValueError:
+        return Reason.UNKNOWN
+
+
+@dataclass
+class ClientEvent:
+    """What a client saw happen, for the caller's logs and metrics (the `on_event` hook).
+
+    kind is one of:
+      "failover"     failoverd moved the request from `target` to `next_target` (`reason`)
+      "target_down"  a failure report found `target` down: tripped by it or before it
+      "fail_static"  failoverd could not be reached; the request is served from the last plan (`message`)
+    """
+    kind: str
+    chain: str
+    target: str = ""
+    next_target: str = ""
+    reason: Reason = Reason.UNSPECIFIED
+    message: str = ""
+
+
+EventHook = Callable[[ClientEvent], None]
+_log = logging.getLogger("failoverd_client")
+
+
+def emit(hook: Optional[EventHook], event: ClientEvent) -> None:
+    """Calls the caller's hook; a hook that raises is logged, never breaks the request."""
+    if hook is None:
+        return
+    try:
+        hook(event)
+    except Exception:  # noqa: BLE001 - the caller's code
+        _log.exception("failoverd_client: the on_event hook raised")
+
+
+def verdict_events(chain: str, target: str, verdict: decision_pb2.ReportOutcomeResponse) -> List[ClientEvent]:
+    """The events one failure's verdict shows."""
+    events = []
+    reason = reason_of(verdict.reason)
+    if verdict.target_health == types_pb2.HEALTH_STATE_DOWN:
+        events.append(ClientEvent("target_down", chain, target, reason=reason, message=verdict.error))
+    if verdict.verdict == decision_pb2.VERDICT_TRY_NEXT:
+        events.append(ClientEvent("failover", chain, target, verdict.next_attempt.target, reason))
+    return events
 
 
 @dataclass
@@ -41,8 +129,8 @@ class AttemptRecord:
     target: str
     number: int
     ok: bool
-    verdict: int = decision_pb2.VERDICT_UNSPECIFIED  # unspecified when failoverd was not reached
-    reason: int = decision_pb2.FAILURE_REASON_UNSPECIFIED
+    verdict: Verdict = Verdict.UNSPECIFIED  # unspecified when failoverd was not reached
+    reason: Reason = Reason.UNSPECIFIED
     latency: Optional[float] = None
 
 
@@ -97,6 +185,7 @@ class Shared:
         self._down_backoff = down_backoff
         self._max_down_backoff = max_down_backoff
         self._backoff = 0.0  # 0: failoverd answers
+        self.last_cause = ""  # why failoverd last could not be reached
         # Report ids (failoverd counts a report sent again once): random per client.
         self._sender = os.urandom(16).hex()
         self._next_sequence = 1
@@ -184,8 +273,10 @@ class Shared:
             return sum(max(r.count, 1) for r in self._buffer)
 
     # --- is failoverd answering? ------------------------------------------
-    def note(self, reached: bool) -> None:
+    def note(self, reached: bool, cause: str = "") -> None:
         with self._lock:
+            if cause:
+                self.last_cause = cause
             if reached:
                 self._backoff = 0.0
             else:

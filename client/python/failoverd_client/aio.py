@@ -12,10 +12,12 @@ import time
 from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 import grpc
-from failover.v1 import decision_pb2, decision_pb2_grpc
 
-from ._core import (BATCH, MAX_STEPS, AttemptContext, AttemptOutcome, AttemptRecord, LoopResult, Shared,
-                    describe, make_report, unreachable)
+from ._core import (BATCH, MAX_STEPS, AttemptContext, AttemptOutcome, AttemptRecord, ClientEvent, EventHook,
+                    LoopResult, Shared, Verdict, describe, emit, make_report, reason_of, unreachable, verdict_events,
+                    verdict_of)
+from .errors import FailoverdUnreachable, refusal
+from .v1 import decision_pb2, decision_pb2_grpc
 from .client import open_channel
 
 AsyncAttemptFn = Callable[[decision_pb2.Attempt, AttemptContext], Awaitable[AttemptOutcome]]
@@ -27,7 +29,9 @@ class AsyncClient:
     def __init__(self, server: str = "127.0.0.1:50051", *, token: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 5.0, max_buffered_reports: int = 1000, flush_interval: float = 0.5,
-                 down_backoff: float = 1.0, max_down_backoff: float = 5.0):
+                 down_backoff: float = 1.0, max_down_backoff: float = 5.0, on_event: Optional[EventHook] = None):
+        self._address = server
+        self._on_event = on_event
         self._channel = open_channel(server, tls_ca, tls_cert, tls_key, aio=True)
         self._stub = decision_pb2_grpc.DecisionServiceStub(self._channel)
         self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
@@ -86,14 +90,16 @@ class AsyncClient:
                 self._shared.note(True)
             except grpc.RpcError as e:
                 if not unreachable(e):
-                    result.error = e.details() or str(e.code())
+                    if e.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise refusal(e, chain) from None
+                    result.error = e.details() or str(e.code())  # failoverd's answer: no target may be tried
                     return result
-                self._note_down()
+                self._note_down(e)
         if plan is None:
             cached = self._shared.cached(chain)
             if not cached:
-                result.error = f"failoverd unreachable and no plan known for chain {chain}"
-                return result
+                raise FailoverdUnreachable(self._address, f"{self._shared.last_cause or 'no answer'}; "
+                                           f"no plan for chain {chain} was seen to serve from")
             return await self._run_static(chain, "", cached, [], attempt, deadline, result)
         if not plan.attempts:
             result.error = f"failoverd returned an empty plan for chain {chain}"
@@ -111,7 +117,7 @@ class AsyncClient:
             report = make_report(chain, plan.decision_id, current.target, number, outcome)
             if outcome.ok:  # the verdict of a success is always DONE: not waited for
                 self._buffer(report)
-                record.verdict = decision_pb2.VERDICT_DONE
+                record.verdict = Verdict.DONE
                 result.ok, result.served_by, result.response = True, current.target, outcome.response
                 self._shared.promote(chain, current.target)
                 return result
@@ -125,12 +131,14 @@ class AsyncClient:
                     if not unreachable(e):
                         result.error = f"failoverd refused the report: {e.details()}"
                         return result
-                    self._note_down()
+                    self._note_down(e)
             if verdict is None:
                 self._buffer(report)
                 return await self._run_static(chain, plan.decision_id, list(plan.attempts), tried, attempt,
                                               deadline, result)
-            record.verdict, record.reason = verdict.verdict, verdict.reason
+            record.verdict, record.reason = verdict_of(verdict.verdict), reason_of(verdict.reason)
+            for event in verdict_events(chain, current.target, verdict):
+                emit(self._on_event, event)
             if verdict.verdict == decision_pb2.VERDICT_RETRY_SAME:
                 delay = verdict.retry_delay.ToNanoseconds() / 1e9
                 if self._past(deadline, delay):
@@ -159,6 +167,7 @@ class AsyncClient:
     async def _run_static(self, chain: str, decision_id: str, plan: List[decision_pb2.Attempt], tried: List[str],
                           attempt: AsyncAttemptFn, deadline: Optional[float], result: LoopResult) -> LoopResult:
         result.fail_static = True
+        emit(self._on_event, ClientEvent("fail_static", chain, message=self._shared.last_cause))
         failures = []
         number = len(result.attempts)
         for a in plan:
@@ -189,9 +198,9 @@ class AsyncClient:
         if self._shared.buffer(report) >= BATCH and self._wake is not None:
             self._wake.set()
 
-    def _note_down(self) -> None:
+    def _note_down(self, error: grpc.RpcError) -> None:
         was_down = self._shared.down()
-        self._shared.note(False)
+        self._shared.note(False, f"{error.code().name}: {error.details()}")
         if not was_down and self._wake is not None:
             self._wake.set()
 

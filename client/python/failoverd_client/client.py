@@ -7,10 +7,12 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import grpc
-from failover.v1 import decision_pb2, decision_pb2_grpc
 
-from ._core import (BATCH, MAX_STEPS, AttemptContext, AttemptOutcome, AttemptRecord, LoopResult, Shared, call_timeout,
-                    describe, make_report, remaining, unreachable)
+from ._core import (BATCH, MAX_STEPS, AttemptContext, AttemptOutcome, AttemptRecord, ClientEvent, EventHook,
+                    LoopResult, Shared, Verdict, call_timeout, describe, emit, make_report, reason_of, remaining,
+                    unreachable, verdict_events, verdict_of)
+from .errors import FailoverdUnreachable, refusal
+from .v1 import decision_pb2, decision_pb2_grpc
 
 AttemptFn = Callable[[decision_pb2.Attempt, AttemptContext], AttemptOutcome]
 
@@ -45,13 +47,22 @@ class Client:
     fail-static at once while the client's thread asks failoverd again, with
     backoff. Successes are never waited for: their verdict is always DONE, and
     their reports go with the backlog.
+
+    run() raises Unauthenticated (token missing or refused), UnknownChain,
+    FailoverdError (another refusal) and FailoverdUnreachable (no answer and
+    no plan for the chain seen yet); what the upstreams did is in the result.
+    on_event(ClientEvent) is called on the request's thread for each failover,
+    target seen down and fail-static request: for logs and metrics.
     """
 
     def __init__(self, server: str = "127.0.0.1:50051", *, token: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  timeout: float = 5.0, max_buffered_reports: int = 1000, flush_interval: float = 0.5,
                  down_backoff: float = 1.0, max_down_backoff: float = 5.0,
-                 channel: Optional[grpc.Channel] = None, sleep: Callable[[float], None] = time.sleep):
+                 channel: Optional[grpc.Channel] = None, sleep: Callable[[float], None] = time.sleep,
+                 on_event: Optional[EventHook] = None):
+        self._address = server if channel is None else "the given channel"
+        self._on_event = on_event
         self._channel = channel or open_channel(server, tls_ca, tls_cert, tls_key)
         self._stub = decision_pb2_grpc.DecisionServiceStub(self._channel)
         self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
@@ -103,6 +114,7 @@ class Client:
 
         timeout: seconds for the whole request; no attempt starts and no retry
         delay is waited out past it, nor after `cancelled` is set.
+        Raises FailoverdError (see the class) when failoverd refuses the pick.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         result = LoopResult()
@@ -116,14 +128,16 @@ class Client:
                 self._shared.note(True)
             except grpc.RpcError as e:
                 if not unreachable(e):
-                    result.error = e.details() or str(e.code())
+                    if e.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise refusal(e, chain) from None
+                    result.error = e.details() or str(e.code())  # failoverd's answer: no target may be tried
                     return result
-                self._note_down()
+                self._note_down(e)
         if plan is None:
             cached = self._shared.cached(chain)
             if not cached:
-                result.error = f"failoverd unreachable and no plan known for chain {chain}"
-                return result
+                raise FailoverdUnreachable(self._address, f"{self._shared.last_cause or 'no answer'}; "
+                                           f"no plan for chain {chain} was seen to serve from")
             return self._run_static(chain, "", cached, [], attempt, deadline, cancelled, result)
         if not plan.attempts:
             result.error = f"failoverd returned an empty plan for chain {chain}"
@@ -142,7 +156,7 @@ class Client:
             report = make_report(chain, plan.decision_id, current.target, number, outcome)
             if outcome.ok:  # the verdict of a success is always DONE: not waited for
                 self._buffer(report)
-                record.verdict = decision_pb2.VERDICT_DONE
+                record.verdict = Verdict.DONE
                 result.ok, result.served_by, result.response = True, current.target, outcome.response
                 self._shared.promote(chain, current.target)
                 return result
@@ -156,12 +170,14 @@ class Client:
                     if not unreachable(e):  # failoverd refused it: sending it again would not help
                         result.error = f"failoverd refused the report: {e.details()}"
                         return result
-                    self._note_down()
+                    self._note_down(e)
             if verdict is None:  # failoverd went away mid-request: carry on down the plan
                 self._buffer(report)
                 return self._run_static(chain, plan.decision_id, list(plan.attempts), tried, attempt, deadline,
                                         cancelled, result)
-            record.verdict, record.reason = verdict.verdict, verdict.reason
+            record.verdict, record.reason = verdict_of(verdict.verdict), reason_of(verdict.reason)
+            for event in verdict_events(chain, current.target, verdict):
+                emit(self._on_event, event)
             if verdict.verdict == decision_pb2.VERDICT_RETRY_SAME:
                 delay = verdict.retry_delay.ToNanoseconds() / 1e9
                 stop = self._stop_reason(deadline, cancelled, delay)
@@ -200,6 +216,7 @@ class Client:
                     attempt: AttemptFn, deadline: Optional[float], cancelled: Optional[threading.Event],
                     result: LoopResult) -> LoopResult:
         result.fail_static = True
+        emit(self._on_event, ClientEvent("fail_static", chain, message=self._shared.last_cause))
         failures = []
         number = len(result.attempts)
         for a in plan:
@@ -226,9 +243,9 @@ class Client:
         if self._shared.buffer(report) >= BATCH:
             self._wake.set()
 
-    def _note_down(self) -> None:
+    def _note_down(self, error: grpc.RpcError) -> None:
         was_down = self._shared.down()
-        self._shared.note(False)
+        self._shared.note(False, f"{error.code().name}: {error.details()}")
         if not was_down:
             self._wake.set()
 

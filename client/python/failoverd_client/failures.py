@@ -7,7 +7,8 @@ import socket
 from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 import grpc
-from failover.v1 import decision_pb2
+
+from .v1 import decision_pb2
 
 # What failure_from_response keeps of a reply: the headers with reset times,
 # and at most 16 KiB of body. failoverd reads the provider's error code,

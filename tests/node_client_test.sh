@@ -8,17 +8,15 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 failoverd="$(realpath "$1")"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# Packed from a copy, so the source tree stays clean; copy-protos.js (run by
-# npm pack) reads ../../proto from the package's directory.
-mkdir -p "$work/client"
-cp -r "$root/client/node" "$work/client/node"
-rm -rf "$work/client/node/node_modules" "$work/client/node/proto"
-ln -s "$root/proto" "$work/proto"
-(cd "$work/client/node" && npm pack --pack-destination "$work" --loglevel=error > /dev/null)
+tarball=$("$root/client/node/pack.sh" "$work")
+listing=$(tar tzf "$tarball")
+for must in package/LICENSE package/README.md package/index.d.ts package/proto/failover/v1/decision.proto; do
+  grep -qx "$must" <<<"$listing" || { echo "the package lacks $must" >&2; echo "$listing" >&2; exit 1; }
+done
 mkdir "$work/app"
 cp "$root/tests/node_client/package.json" "$root/tests/node_client/test.js" "$root/tests/node_client/types_check.ts" \
   "$work/app/"
 cd "$work/app"
-npm install --no-audit --no-fund --loglevel=error "$work"/failoverd-client-*.tgz > /dev/null
+npm install --no-audit --no-fund --loglevel=error "$tarball" > /dev/null
 npx --no-install tsc --strict --noEmit --module commonjs --target es2020 --types node types_check.ts
 FAILOVERD_BINARY="$failoverd" node --test test.js

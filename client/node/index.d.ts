@@ -1,8 +1,5 @@
-// Types for failoverd-client. Messages follow failover.v1 as @grpc/proto-loader
-// gives them: field names as in the .proto, enums as their names, durations as
-// {seconds, nanos}.
-
-export interface Duration { seconds: number; nanos?: number }
+// Types for failoverd-client. One convention throughout: camelCase names,
+// times in milliseconds, enums as the names of failover.v1's values.
 
 export type TransportError = 'TRANSPORT_ERROR_UNSPECIFIED' | 'TRANSPORT_ERROR_CONNECT_REFUSED' | 'TRANSPORT_ERROR_DNS'
   | 'TRANSPORT_ERROR_RESET' | 'TRANSPORT_ERROR_TLS' | 'TRANSPORT_ERROR_TIMEOUT';
@@ -11,14 +8,14 @@ export type Verdict = 'VERDICT_UNSPECIFIED' | 'VERDICT_DONE' | 'VERDICT_RETRY_SA
 
 /** The facts of a failed attempt (failover.v1.Failure). Give what you know; failoverd classifies. */
 export interface Failure {
-  http_status?: number;
-  grpc_code?: number;
-  transport_error?: TransportError;
+  httpStatus?: number;
+  grpcCode?: number;
+  transportError?: TransportError;
   message?: string;
-  error_code?: string;
-  retry_after?: Duration;
+  errorCode?: string;
+  retryAfterMs?: number;
   phase?: Phase;
-  admission_rejected?: boolean;
+  admissionRejected?: boolean;
   cancelled?: boolean;
   response?: { headers?: Record<string, string>; body?: Buffer | Uint8Array };
 }
@@ -27,11 +24,11 @@ export interface Failure {
 export interface Attempt {
   target: string;
   /** The model name to send upstream. */
-  upstream_model: string;
+  upstreamModel: string;
   labels: Record<string, string>;
   /** Per-attempt timeout from the target's config; null when none was given. */
-  timeout: Duration | null;
-  max_retries: number;
+  timeoutMs: number | null;
+  maxRetries: number;
   /** 0-based index of the target in the chain's declared list. */
   position: number;
   health: string;
@@ -84,12 +81,41 @@ export interface ClientOptions {
   tlsKey?: string;
   /** Deadline of each call to failoverd, default 5000. */
   timeoutMs?: number;
-  /** Reports kept while failoverd is away (oldest dropped), default 1000. */
+  /** Reports kept while failoverd is away (the oldest success dropped first), default 1000. */
   maxBufferedReports?: number;
   flushIntervalMs?: number;
   /** After failoverd did not answer, ask it again after this (doubling up to maxDownBackoffMs). */
   downBackoffMs?: number;
   maxDownBackoffMs?: number;
+  /** Called for each failover, target seen down and fail-static request: for logs and metrics. */
+  onEvent?: (event: ClientEvent) => void;
+}
+
+export interface ClientEvent {
+  /** failover: moved from target to nextTarget; targetDown: a failure report found target down;
+   *  failStatic: failoverd could not be reached, the request is served from the last plan (message says why). */
+  kind: 'failover' | 'targetDown' | 'failStatic';
+  chain: string;
+  target: string;
+  nextTarget: string;
+  reason: string;
+  message: string;
+}
+
+/** Thrown by run() when failoverd refuses the call; `code` is the gRPC status code. */
+export class FailoverdError extends Error {
+  code: number;
+}
+/** failoverd could not be reached and no plan for the chain was seen to serve from. */
+export class FailoverdUnreachable extends FailoverdError {
+  address: string;
+  cause: string;
+}
+/** The token is missing, wrong, or not allowed this call. */
+export class Unauthenticated extends FailoverdError {}
+/** failoverd has no chain of that name. */
+export class UnknownChain extends FailoverdError {
+  chain: string;
 }
 
 export interface RunOptions {
@@ -103,6 +129,7 @@ export interface RunOptions {
   signal?: AbortSignal;
 }
 
+/** run() rejects with a TypeError naming any key it does not know (ClientOptions, RunOptions, Failure). */
 export class Client {
   constructor(options?: ClientOptions);
   run<R = unknown>(chain: string, attempt: (attempt: Attempt, context: AttemptContext) => Promise<AttemptOutcome<R>>,
@@ -116,6 +143,11 @@ export class Client {
 }
 
 export function failureFromResponse(status: number, headers?: Record<string, string> | Map<string, string>
-  | Iterable<[string, string]> | { entries(): Iterable<[string, string]> }, body?: string | Buffer): Failure;
-export function failureFromStatus(status: number, message?: string, retryAfterSeconds?: number): Failure;
+  | Iterable<[string, string]> | { entries(): Iterable<[string, string]> }, body?: string | Buffer | Uint8Array | object): Failure;
+export function failureFromStatus(status: number, message?: string, retryAfterMs?: number): Failure;
 export function failureFromError(err: unknown, afterFirstByte?: boolean): Failure;
+
+/** The failover.v1 package as the client loads it (camelCase fields), for calls the loop does not make. */
+export function v1(): any;
+/** The @grpc/grpc-js the client uses: make credentials for v1()'s stubs with it. */
+export const grpc: typeof import('@grpc/grpc-js');

@@ -1,6 +1,8 @@
 // failoverd's decision loop for Node callers: every plan and verdict from
 // failoverd, fail-static when it is away (the last plan seen, reports
 // buffered), a hung failoverd noticed once, successes never waited for.
+// The API is camelCase throughout and every time is in milliseconds; the
+// failover.v1 messages are converted at the edge.
 'use strict';
 const crypto = require('crypto');
 const fs = require('fs');
@@ -15,16 +17,92 @@ const BATCH = 256;        // reports per StreamOutcomes call
 const MAX_COUNT = 10000;  // successes one report may stand for
 const MAX_STEPS = 64;     // attempts per request
 
-let v1 = null;
-function api() {
-  if (v1 === null) {
-    const definition = protoLoader.loadSync(['failover/v1/decision.proto'], {
-      includeDirs: [path.join(__dirname, 'proto')], keepCase: true, enums: String, longs: Number,
-      defaults: true, oneofs: true,
+// The failover.v1 package (DecisionService, AdminService) as this client
+// loads it: camelCase fields, enums as their names, durations as {seconds,
+// nanos}. For calls the loop does not make (an admin's, a watcher); make
+// their credentials with the `grpc` exported beside it (the same @grpc/grpc-js).
+let loaded = null;
+function v1() {
+  if (loaded === null) {
+    const definition = protoLoader.loadSync(['failover/v1/decision.proto', 'failover/v1/admin.proto'], {
+      // The packed copy; in the repository, its proto/ dir.
+      includeDirs: [path.join(__dirname, 'proto'), path.join(__dirname, '..', '..', 'proto')],
+      keepCase: false, enums: String, longs: Number, defaults: true, oneofs: true,
     });
-    v1 = grpc.loadPackageDefinition(definition).failover.v1;
+    loaded = grpc.loadPackageDefinition(definition).failover.v1;
   }
-  return v1;
+  return loaded;
+}
+
+// --- errors run() throws ---------------------------------------------------
+// Thrown when the request cannot be served for a reason of the setup rather
+// than of the upstreams (which are in the result): failoverd refused the call,
+// or cannot be reached and no plan for the chain was seen. `code` is gRPC's.
+class FailoverdError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.name = this.constructor.name;
+    this.code = code;
+  }
+}
+class FailoverdUnreachable extends FailoverdError {
+  constructor(address, cause) {
+    super(`failoverd at ${address} cannot be reached: ${cause}`, grpc.status.UNAVAILABLE);
+    this.address = address;
+    this.cause = cause;
+  }
+}
+class Unauthenticated extends FailoverdError {}
+class UnknownChain extends FailoverdError {
+  constructor(chain, message) {
+    super(message, grpc.status.NOT_FOUND);
+    this.chain = chain;
+  }
+}
+
+function refusal(err, chain) {
+  const message = err.details || String(err.code);
+  if (err.code === grpc.status.UNAUTHENTICATED || err.code === grpc.status.PERMISSION_DENIED) {
+    return new Unauthenticated(message, err.code);
+  }
+  if (err.code === grpc.status.NOT_FOUND) return new UnknownChain(chain, message);
+  return new FailoverdError(message, err.code);
+}
+
+// --- options and messages at the edge ----------------------------------------
+// A key the API does not know is refused: a misspelt or snake_case option
+// would otherwise be ignored without a word.
+function checkKeys(object, known, what) {
+  if (object === undefined || object === null) return;
+  if (typeof object !== 'object') throw new TypeError(`failoverd-client: ${what} must be an object`);
+  for (const key of Object.keys(object)) {
+    if (!known.includes(key)) {
+      throw new TypeError(`failoverd-client: unknown ${what} key "${key}" (known: ${known.join(', ')})`);
+    }
+  }
+}
+const CLIENT_OPTIONS = ['server', 'token', 'tlsCa', 'tlsCert', 'tlsKey', 'timeoutMs', 'maxBufferedReports',
+  'flushIntervalMs', 'downBackoffMs', 'maxDownBackoffMs', 'onEvent'];
+const RUN_OPTIONS = ['bodyBytes', 'sessionKey', 'requestId', 'excludeTargets', 'timeoutMs', 'signal'];
+const FAILURE_KEYS = ['httpStatus', 'grpcCode', 'transportError', 'message', 'errorCode', 'retryAfterMs', 'phase',
+  'admissionRejected', 'cancelled', 'response'];
+const RESPONSE_KEYS = ['headers', 'body'];
+
+function ms(d) { return seconds(d) * 1000; }
+
+// failover.v1.Attempt as the caller sees it.
+function toAttempt(a) {
+  return {target: a.target, upstreamModel: a.upstreamModel, labels: a.labels || {},
+    timeoutMs: a.timeout ? ms(a.timeout) : null, maxRetries: a.maxRetries, position: a.position, health: a.health};
+}
+
+// The caller's Failure as failover.v1.Failure.
+function toFailure(f) {
+  checkKeys(f, FAILURE_KEYS, 'failure');
+  checkKeys(f.response, RESPONSE_KEYS, 'failure.response');
+  const {retryAfterMs, ...rest} = f;
+  if (retryAfterMs !== undefined) rest.retryAfter = duration(retryAfterMs / 1000);
+  return rest;
 }
 
 function unreachable(err) {
@@ -43,20 +121,21 @@ function seconds(d) {
 
 function describe(failure) {
   if (!failure) return 'failed';
-  if (failure.http_status) return `${failure.http_status} ${failure.message || ''}`.trim();
+  if (failure.httpStatus) return `${failure.httpStatus} ${failure.message || ''}`.trim();
   return failure.message || 'failed';
 }
 
 function makeReport(chain, decisionId, target, number, outcome) {
-  const report = {chain, decision_id: decisionId, target, attempt: number};
+  const report = {chain, decisionId, target, attempt: number};
   if (outcome.ok) report.success = {};
-  else report.failure = outcome.failure || {message: 'failed'};
+  else report.failure = toFailure(outcome.failure || {message: 'failed'});
   if (outcome.latencyMs > 0) report.latency = duration(outcome.latencyMs / 1000);
   return report;
 }
 
 class Client {
   constructor(options = {}) {
+    checkKeys(options, CLIENT_OPTIONS, 'option');
     const o = {server: '127.0.0.1:50051', timeoutMs: 5000, maxBufferedReports: 1000, flushIntervalMs: 500,
       downBackoffMs: 1000, maxDownBackoffMs: 5000, ...options};
     this._o = o;
@@ -65,11 +144,12 @@ class Client {
       ? grpc.credentials.createSsl(o.tlsCa ? fs.readFileSync(o.tlsCa) : null,
           o.tlsKey ? fs.readFileSync(o.tlsKey) : null, o.tlsCert ? fs.readFileSync(o.tlsCert) : null)
       : grpc.credentials.createInsecure();
-    this._stub = new (api().DecisionService)(o.server, credentials, channelOptions);
+    this._stub = new (v1().DecisionService)(o.server, credentials, channelOptions);
     this._plans = new Map();
     this._buffer = [];
     this._dropped = 0;
     this._backoffMs = 0;  // 0: failoverd answers
+    this._lastCause = '';  // why failoverd last could not be reached
     this._closed = false;
     this._timer = null;
     // Report ids: failoverd counts a report sent again (a batch whose call
@@ -103,11 +183,12 @@ class Client {
   // Serves one request on `chain`; attempt(target, context) makes one call and
   // resolves to {ok, failure?, latencyMs?, response?}.
   async run(chain, attempt, options = {}) {
+    checkKeys(options, RUN_OPTIONS, 'run option');
     const deadline = options.timeoutMs === undefined ? null : Date.now() + options.timeoutMs;
     const signal = options.signal;
     const result = {ok: false, servedBy: '', response: undefined, error: '', attempts: [], failStatic: false};
-    const pick = {chain, body_bytes: options.bodyBytes || 0, session_key: options.sessionKey || '',
-      request_id: options.requestId || '', exclude_targets: options.excludeTargets || []};
+    const pick = {chain, bodyBytes: options.bodyBytes || 0, sessionKey: options.sessionKey || '',
+      requestId: options.requestId || '', excludeTargets: options.excludeTargets || []};
     let plan = null;
     if (this._backoffMs === 0) {
       try {
@@ -115,17 +196,18 @@ class Client {
         this._note(true);
       } catch (err) {
         if (!unreachable(err)) {
-          result.error = err.details || String(err.code);
+          if (err.code !== grpc.status.UNAVAILABLE) throw refusal(err, chain);
+          result.error = err.details || String(err.code);  // failoverd's answer: no target may be tried
           return result;
         }
-        this._note(false);
+        this._noteDown(err);
       }
     }
     if (plan === null) {
       const cached = this._plans.get(chain);
       if (!cached || cached.length === 0) {
-        result.error = `failoverd unreachable and no plan known for chain ${chain}`;
-        return result;
+        throw new FailoverdUnreachable(this._o.server,
+            `${this._lastCause || 'no answer'}; no plan for chain ${chain} was seen to serve from`);
       }
       return this._runStatic(chain, '', cached, [], attempt, deadline, signal, result);
     }
@@ -133,8 +215,9 @@ class Client {
       result.error = `failoverd returned an empty plan for chain ${chain}`;
       return result;
     }
-    this._plans.set(chain, plan.attempts.slice());
-    let current = plan.attempts[0];
+    const attempts = plan.attempts.map(toAttempt);
+    this._plans.set(chain, attempts.slice());
+    let current = attempts[0];
     const tried = [];
     let number = 1;
     while (result.attempts.length < MAX_STEPS) {
@@ -148,7 +231,7 @@ class Client {
       const record = {target: current.target, number, ok: !!outcome.ok, verdict: 'VERDICT_UNSPECIFIED',
         reason: 'FAILURE_REASON_UNSPECIFIED', latencyMs: outcome.latencyMs};
       result.attempts.push(record);
-      const report = makeReport(chain, plan.decision_id, current.target, number, outcome);
+      const report = makeReport(chain, plan.decisionId, current.target, number, outcome);
       if (outcome.ok) {  // the verdict of a success is always DONE: not waited for
         this._queue(report);
         record.verdict = 'VERDICT_DONE';
@@ -166,17 +249,24 @@ class Client {
             result.error = `failoverd refused the report: ${err.details}`;
             return result;
           }
-          this._note(false);
+          this._noteDown(err);
         }
       }
       if (verdict === null) {  // failoverd went away mid-request: carry on down the plan
         this._queue(report);
-        return this._runStatic(chain, plan.decision_id, plan.attempts, tried, attempt, deadline, signal, result);
+        return this._runStatic(chain, plan.decisionId, attempts, tried, attempt, deadline, signal, result);
       }
       record.verdict = verdict.verdict;
       record.reason = verdict.reason;
+      if (verdict.targetHealth === 'HEALTH_STATE_DOWN') {
+        this._emit({kind: 'targetDown', chain, target: current.target, reason: verdict.reason, message: verdict.error});
+      }
+      if (verdict.verdict === 'VERDICT_TRY_NEXT') {
+        this._emit({kind: 'failover', chain, target: current.target, nextTarget: verdict.nextAttempt.target,
+          reason: verdict.reason});
+      }
       if (verdict.verdict === 'VERDICT_RETRY_SAME') {
-        const delayMs = seconds(verdict.retry_delay) * 1000;
+        const delayMs = ms(verdict.retryDelay);
         const stopWait = this._stopReason(deadline, signal, delayMs);
         if (stopWait) {
           result.error = stopWait;
@@ -184,7 +274,7 @@ class Client {
         }
         await new Promise((resolve) => setTimeout(resolve, delayMs));
       } else if (verdict.verdict === 'VERDICT_TRY_NEXT') {
-        current = verdict.next_attempt;
+        current = toAttempt(verdict.nextAttempt);
       } else {
         result.error = verdict.error || describe(outcome.failure);
         return result;
@@ -237,6 +327,7 @@ class Client {
 
   async _runStatic(chain, decisionId, plan, tried, attempt, deadline, signal, result) {
     result.failStatic = true;
+    this._emit({kind: 'failStatic', chain, message: this._lastCause});
     const failures = [];
     let number = result.attempts.length;
     for (const a of plan) {
@@ -277,13 +368,13 @@ class Client {
     const n = last ? Math.max(last.count || 0, 1) : 0;
     // A report that was sent (and came back) keeps what its id stands for.
     if (last && report.success && last.success && last.target === report.target && last.chain === report.chain &&
-        !!last.latency === !!report.latency && n < MAX_COUNT && !last.report_id && !report.report_id) {
+        !!last.latency === !!report.latency && n < MAX_COUNT && !last.reportId && !report.reportId) {
       if (report.latency) {
         const mean = seconds(last.latency) + (seconds(report.latency) - seconds(last.latency)) / (n + 1);
         last.latency = duration(mean);
       }
       last.count = n + 1;
-      last.decision_id = '';
+      last.decisionId = '';
       last.attempt = 0;
     } else {
       this._buffer.push(report);
@@ -295,6 +386,21 @@ class Client {
       }
     }
     if (this._buffer.length >= BATCH) this._schedule(0);
+  }
+
+  // Calls the caller's hook; a hook that throws is logged, never breaks the request.
+  _emit(event) {
+    if (!this._o.onEvent) return;
+    try {
+      this._o.onEvent({target: '', nextTarget: '', reason: 'FAILURE_REASON_UNSPECIFIED', message: '', ...event});
+    } catch (err) {
+      console.error('failoverd-client: the onEvent hook threw:', err);
+    }
+  }
+
+  _noteDown(err) {
+    this._lastCause = `${grpc.status[err.code] || err.code}: ${err.details}`;
+    this._note(false);
   }
 
   _note(reached) {
@@ -338,7 +444,7 @@ class Client {
       if (deadline !== null && Date.now() >= deadline) return delivered;
       const batch = this._buffer.splice(0, BATCH);
       for (const r of batch) {
-        if (!r.report_id) r.report_id = {sender: this._sender, sequence: this._nextSequence++};
+        if (!r.reportId) r.reportId = {sender: this._sender, sequence: this._nextSequence++};
       }
       try {
         const summary = await this._streamOutcomes(batch, deadline);
@@ -368,7 +474,8 @@ function isResetHeader(name) {
 }
 
 // The Failure for an upstream's HTTP error reply. headers: a plain object, a
-// Map, fetch's Headers or [name, value] pairs; body: a string or a Buffer.
+// Map, fetch's Headers or [name, value] pairs; body: a string, a Buffer, or
+// the object an SDK already parsed (the openai and anthropic SDKs' err.error).
 function failureFromResponse(status, headers, body) {
   const entries = headers instanceof Map || (headers && typeof headers.entries === 'function' && !Array.isArray(headers))
     ? [...headers.entries()] : Array.isArray(headers) ? headers : Object.entries(headers || {});
@@ -381,15 +488,16 @@ function failureFromResponse(status, headers, body) {
       count += 1;
     }
   }
-  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(String(body || ''), 'utf8');
-  return {http_status: status, phase: 'PHASE_BEFORE_RESPONSE',
+  const bytes = Buffer.isBuffer(body) || body instanceof Uint8Array ? Buffer.from(body)
+    : Buffer.from(typeof body === 'object' && body !== null ? JSON.stringify(body) : String(body ?? ''), 'utf8');
+  return {httpStatus: status, phase: 'PHASE_BEFORE_RESPONSE',
     response: {headers: kept, body: bytes.subarray(0, MAX_BODY_BYTES)}};
 }
 
 // The Failure for an HTTP status when the reply itself is not at hand.
-function failureFromStatus(status, message = '', retryAfterSeconds = undefined) {
-  const failure = {http_status: status, message, phase: 'PHASE_BEFORE_RESPONSE'};
-  if (retryAfterSeconds !== undefined) failure.retry_after = duration(retryAfterSeconds);
+function failureFromStatus(status, message = '', retryAfterMs = undefined) {
+  const failure = {httpStatus: status, message, phase: 'PHASE_BEFORE_RESPONSE'};
+  if (retryAfterMs !== undefined) failure.retryAfterMs = retryAfterMs;
   return failure;
 }
 
@@ -438,7 +546,8 @@ function failureFromError(err, afterFirstByte = false) {
     verdict = 'TRANSPORT_ERROR_CONNECT_REFUSED';  // an SDK's connection error with no cause that says more
   }
   if (verdict === 'cancelled') return {cancelled: true, message, phase};
-  return {transport_error: verdict || 'TRANSPORT_ERROR_UNSPECIFIED', message, phase};
+  return {transportError: verdict || 'TRANSPORT_ERROR_UNSPECIFIED', message, phase};
 }
 
-module.exports = {Client, failureFromResponse, failureFromStatus, failureFromError};
+module.exports = {Client, failureFromResponse, failureFromStatus, failureFromError, FailoverdError,
+  FailoverdUnreachable, Unauthenticated, UnknownChain, v1, grpc};

@@ -7,7 +7,11 @@
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const {connect, call, failureFromResponse} = require('../../examples/node/failover_client');
+const {failureFromResponse, grpc, v1} = require('failoverd-client');
+
+function call(stub, method, request) {
+  return new Promise((resolve, reject) => stub[method](request, (err, reply) => (err ? reject(err) : resolve(reply))));
+}
 
 const UNITS = {ms: 0.001, s: 1, m: 60, h: 3600};
 function seconds(text) {
@@ -26,7 +30,9 @@ function render(value, nowMs) {
 
 async function main() {
   const at = process.argv.indexOf('--server');
-  const {decide, admin} = connect(process.argv[at + 1]);
+  const credentials = grpc.credentials.createInsecure();
+  const decide = new (v1().DecisionService)(process.argv[at + 1], credentials);
+  const admin = new (v1().AdminService)(process.argv[at + 1], credentials);
   const corpus = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'data', 'provider_errors.json'), 'utf8'));
   const nowMs = Date.now();
   const targets = [];
@@ -42,21 +48,21 @@ async function main() {
     const body = 'body_text' in c ? c.body_text : JSON.stringify(c.body);
     const plan = await call(decide, 'PickTarget', {chain: c.name});
     const r = await call(decide, 'ReportOutcome', {
-      decision_id: plan.decision_id, target: `${c.name}-a`, failure: failureFromResponse(c.status, headers, body),
+      decisionId: plan.decisionId, target: `${c.name}-a`, failure: failureFromResponse(c.status, headers, body),
     });
     const want = c.expect;
     const got = {
       reason: r.reason.replace('FAILURE_REASON_', '').toLowerCase(),
       verdict: r.verdict.replace('VERDICT_', ''),
       counted: r.counted,
-      health: r.target_health.replace('HEALTH_STATE_', ''),
+      health: r.targetHealth.replace('HEALTH_STATE_', ''),
     };
     for (const key of Object.keys(got)) {
       if (got[key] !== want[key]) problems.push(`${c.name}: ${key} is ${got[key]}, want ${want[key]}`);
     }
     const view = await call(admin, 'GetTarget', {name: `${c.name}-a`});
     if (want.hold) {
-      const held = Number(view.status.held_until.seconds) - nowMs / 1000;
+      const held = Number(view.status.heldUntil.seconds) - nowMs / 1000;
       if (Math.abs(held - seconds(want.hold)) > 3) problems.push(`${c.name}: held ${held.toFixed(0)}s, want ${want.hold}`);
     }
     if (want.down_for && !view.status.reason.includes('rate limited until its limit resets in')) {

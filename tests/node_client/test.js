@@ -1,6 +1,8 @@
 // The Node package (client/node), installed from its npm pack tarball, against
 // the real failoverd: the loop, admin refusals followed, failoverd killed
-// mid-run and restarted, a hung failoverd costing one deadline, tokens.
+// mid-run and restarted, a hung failoverd costing one deadline, tokens, typed
+// errors, unknown options refused, the event hook, and what fetch, axios and
+// the openai and anthropic SDKs throw.
 // usage: node --test test.js   (FAILOVERD_BINARY and the package installed next to it)
 'use strict';
 const assert = require('node:assert');
@@ -12,7 +14,9 @@ const os = require('node:os');
 const path = require('node:path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-const {Client, failureFromStatus, failureFromError} = require('failoverd-client');
+const http = require('node:http');
+const {Client, failureFromStatus, failureFromError, failureFromResponse, FailoverdError, FailoverdUnreachable,
+  Unauthenticated, UnknownChain} = require('failoverd-client');
 
 const BINARY = process.env.FAILOVERD_BINARY;
 const PROTO_DIR = path.join(path.dirname(require.resolve('failoverd-client')), 'proto');
@@ -102,6 +106,68 @@ test('the loop follows failoverd\'s verdicts', () => withServer(async (s) => {
   client.close();
 }));
 
+test('the API is camelCase in milliseconds, and a key it does not know is refused', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', {targets: [{name: 'a', upstream_model: 'm-a',
+    timeout: {seconds: 2, nanos: 500000000}, max_retries: 1}, {name: 'b'}], chains: [{name: 'ch', targets: ['a', 'b']}]});
+  const client = new Client({server: s.current.address});
+  const seen = [];
+  const r = await client.run('ch', async (a) => {
+    seen.push(a);
+    return {ok: false, failure: {httpStatus: 429, retryAfterMs: 1500, message: 'too many requests'}};
+  }, {timeoutMs: 10000});
+  assert.deepStrictEqual(Object.keys(seen[0]).sort(),
+      ['health', 'labels', 'maxRetries', 'position', 'target', 'timeoutMs', 'upstreamModel']);
+  assert.strictEqual(seen[0].upstreamModel, 'm-a');
+  assert.strictEqual(seen[0].timeoutMs, 2500);
+  assert.strictEqual(seen[0].maxRetries, 1);
+  assert.strictEqual(r.attempts[0].reason, 'FAILURE_REASON_RATE_LIMIT');
+  const view = await admin(s.current.address, 'GetTarget', {name: 'a'});
+  assert.match(view.status.last_error, /too many requests/, 'the camelCase failure did not reach failoverd whole');
+  assert.throws(() => new Client({server: s.current.address, timeout: 5}), /unknown option key "timeout"/);
+  await assert.rejects(client.run('ch', okOn('a'), {timeout_ms: 5}), /unknown run option key "timeout_ms"/);
+  await assert.rejects(client.run('ch', async () => ({ok: false, failure: {http_status: 503}})),
+      /unknown failure key "http_status"/);
+  client.close();
+}));
+
+test('setup errors are thrown typed; upstream failures stay in the result', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', config);
+  const client = new Client({server: s.current.address});
+  await assert.rejects(client.run('no-such-chain', okOn('a')),
+      (err) => err instanceof UnknownChain && err.chain === 'no-such-chain' && err.code === grpc.status.NOT_FOUND);
+  await assert.rejects(client.run('Bad Name!', okOn('a')),
+      (err) => err instanceof FailoverdError && err.code === grpc.status.INVALID_ARGUMENT && /chain/.test(err.message));
+  const r = await client.run('ch', okOn());
+  assert.ok(!r.ok && r.error !== '', 'every upstream failing is a result, not an error');
+  client.close();
+  const address = `127.0.0.1:${await freePort()}`;
+  const away = new Client({server: address, timeoutMs: 2000});
+  for (let i = 0; i < 2; i++) {  // the second while backing off, without a call
+    await assert.rejects(away.run('ch', okOn('a')), (err) => err instanceof FailoverdUnreachable &&
+        err.address === address && err.message.includes(address) && /UNAVAILABLE/.test(err.cause));
+  }
+  away.close();
+}));
+
+test('the onEvent hook sees the failover, the trip and a fail-static request', () => withServer(async (s) => {
+  await admin(s.current.address, 'Apply', {targets: [...config.targets, {name: 'c'}, {name: 'd'}],
+    chains: [...config.chains, {name: 'ch2', targets: ['c', 'd']}]});
+  const broken = new Client({server: s.current.address, onEvent: () => { throw new Error("the caller's bug"); }});
+  assert.strictEqual((await broken.run('ch2', okOn('d'))).servedBy, 'd', 'a hook that throws broke the request');
+  broken.close();
+  const events = [];
+  const client = new Client({server: s.current.address, timeoutMs: 2000, onEvent: (e) => events.push(e)});
+  assert.ok((await client.run('ch', okOn('b'))).ok);
+  assert.deepStrictEqual(events.map((e) => [e.kind, e.target, e.nextTarget, e.reason]),
+      [['targetDown', 'a', '', 'FAILURE_REASON_SERVER_ERROR'], ['failover', 'a', 'b', 'FAILURE_REASON_SERVER_ERROR']]);
+  await s.current.stop('SIGKILL');
+  events.length = 0;
+  assert.ok((await client.run('ch', okOn('b'))).failStatic);
+  assert.deepStrictEqual(events.map((e) => e.kind), ['failStatic']);
+  assert.match(events[0].message, /UNAVAILABLE/);
+  client.close();
+}));
+
 test('admin refusals are followed, not taken for an outage', () => withServer(async (s) => {
   await admin(s.current.address, 'Apply', config);
   for (const target of ['a', 'b']) await admin(s.current.address, 'TriggerFailover', {target});
@@ -176,8 +242,8 @@ test('tokens are sent', async () => {
   try {
     await admin(s.address, 'Apply', config, 'admin-secret');
     const anonymous = new Client({server: s.address});
-    const refused = await anonymous.run('ch', okOn('a'));
-    assert.ok(!refused.ok && !refused.failStatic, 'refused, not unreachable');
+    await assert.rejects(anonymous.run('ch', okOn('a')),  // refused, not unreachable
+        (err) => err instanceof Unauthenticated && err.code === grpc.status.UNAUTHENTICATED);
     anonymous.close();
     const client = new Client({server: s.address, token: 'decide-secret'});
     assert.ok((await client.run('ch', okOn('a'))).ok);
@@ -224,6 +290,11 @@ const LIBRARIES = {
     const client = new (OpenAI.default || OpenAI)({apiKey: 'sk-test', baseURL: url, maxRetries: 0, timeout: 500});
     return client.chat.completions.create({model: 'm', messages: [{role: 'user', content: 'hi'}]}, {signal});
   },
+  anthropic: (url, signal) => {
+    const Anthropic = require('@anthropic-ai/sdk');
+    const client = new (Anthropic.default || Anthropic)({apiKey: 'sk-test', baseURL: url, maxRetries: 0, timeout: 500});
+    return client.messages.create({model: 'm', max_tokens: 8, messages: [{role: 'user', content: 'hi'}]}, {signal});
+  },
 };
 const CASES = {
   refused: ['TRANSPORT_ERROR_CONNECT_REFUSED', 'FAILURE_REASON_NETWORK'],
@@ -232,7 +303,7 @@ const CASES = {
   notTls: ['TRANSPORT_ERROR_TLS', 'FAILURE_REASON_NETWORK'],
 };
 
-test('fetch, axios and the openai SDK: every way to fail reaches the next target', () => withServer(async (s) => {
+test('fetch, axios and the openai and anthropic SDKs: every way to fail reaches the next target', () => withServer(async (s) => {
   const upstreams = await mockUpstreams();
   const targets = [];
   const chains = [];
@@ -261,7 +332,7 @@ test('fetch, axios and the openai SDK: every way to fail reaches the next target
         });
         const what = `${lib} ${c}: ${JSON.stringify(seen)}`;
         assert.strictEqual(seen.length, 1, what);
-        assert.strictEqual(seen[0].transport_error, transport, what);
+        assert.strictEqual(seen[0].transportError, transport, what);
         assert.ok(r.ok, `${what}: ${r.error}`);
         assert.strictEqual(r.servedBy, `${lib}-${c}-ok`, what);
         assert.strictEqual(r.attempts[0].reason, reason, what);
@@ -288,7 +359,7 @@ test('a caller\'s abort is cancelled, never a timeout', async () => {
       assert.ok(err, `${lib}: the call did not fail`);
       const failure = failureFromError(err);
       assert.strictEqual(failure.cancelled, true, `${lib}: ${JSON.stringify(failure)} from ${err.name}`);
-      assert.strictEqual(failure.transport_error, undefined, lib);
+      assert.strictEqual(failure.transportError, undefined, lib);
     }
   } finally {
     upstreams.close();
@@ -330,3 +401,52 @@ test('a full backlog drops successes before failures', async () => {
   assert.strictEqual(client.droppedReports, 1);
   await client.close(0);
 });
+
+// Error replies shaped as the providers send them, through the SDKs: the SDK
+// throws its APIError, failureFromResponse takes its status, headers and the
+// body it already parsed, and failoverd decides as for the raw reply.
+const REPLIES = {
+  openai429: [429, {'retry-after': '2', 'x-ratelimit-reset-requests': '2s'},
+    {error: {message: 'Rate limit reached for requests', type: 'requests', code: 'rate_limit_exceeded'}},
+    'FAILURE_REASON_RATE_LIMIT'],
+  openai402: [402, {}, {error: {message: 'You exceeded your current quota, please check your plan and billing details.',
+    type: 'insufficient_quota', code: 'insufficient_quota'}}, 'FAILURE_REASON_BILLING'],
+  anthropic529: [529, {}, {type: 'error', error: {type: 'overloaded_error', message: 'Overloaded'}},
+    'FAILURE_REASON_OVERLOADED'],
+  anthropic429: [429, {'retry-after': '3', 'anthropic-ratelimit-requests-reset': '2030-01-01T00:00:00Z'},
+    {type: 'error', error: {type: 'rate_limit_error', message: 'Number of request tokens has exceeded your per-minute rate limit'}},
+    'FAILURE_REASON_RATE_LIMIT'],
+};
+
+test('the SDKs\' error replies (429, 402, 529) are classified as the provider meant', () => withServer(async (s) => {
+  const upstream = http.createServer((req, res) => {
+    const [status, headers, body] = REPLIES[req.url.split('/')[1]];
+    res.writeHead(status, {'content-type': 'application/json', ...headers});
+    res.end(JSON.stringify(body));
+  });
+  await new Promise((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+  const names = Object.keys(REPLIES);
+  await admin(s.current.address, 'Apply', {targets: names.flatMap((n) => [{name: `${n}-x`}, {name: `${n}-ok`}]),
+    chains: names.map((n) => ({name: n, targets: [`${n}-x`, `${n}-ok`]}))});
+  const client = new Client({server: s.current.address});
+  try {
+    for (const name of names) {
+      const lib = name.startsWith('openai') ? 'openai' : 'anthropic';
+      const r = await client.run(name, async (a) => {
+        if (a.target.endsWith('-ok')) return {ok: true};
+        try {
+          await LIBRARIES[lib](`http://127.0.0.1:${upstream.address().port}/${name}`);
+          return {ok: true};
+        } catch (err) {
+          assert.ok(err.status, `${name}: ${err}`);
+          return {ok: false, failure: failureFromResponse(err.status, err.headers, err.error)};
+        }
+      });
+      assert.strictEqual(r.attempts[0].reason, REPLIES[name][3], name);
+      assert.strictEqual(r.servedBy, `${name}-ok`, `${name}: ${r.error}`);
+    }
+  } finally {
+    client.close();
+    upstream.close();
+  }
+}));

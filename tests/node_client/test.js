@@ -254,8 +254,9 @@ test('tokens are sent', async () => {
 });
 
 // Upstreams that fail the way real ones do, on loopback: a port nobody listens
-// on, a name that does not resolve, one that accepts and never answers, and a
-// plain-text server behind an https URL.
+// on, a name that does not resolve, one that resets the connection once the
+// request arrives, one that accepts and never answers, and a plain-text server
+// behind an https URL.
 async function mockUpstreams() {
   const sockets = [];
   const serve = (onConnection) => new Promise((resolve) => {
@@ -267,15 +268,18 @@ async function mockUpstreams() {
     server.listen(0, '127.0.0.1', () => resolve(server));
   });
   const silent = await serve(() => {});
+  const reset = await serve((socket) => socket.once('data', () => socket.resetAndDestroy()));
   const plain = await serve((socket) => socket.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'));
   return {
     refused: `http://127.0.0.1:${await freePort()}/v1`,
     dns: 'http://failoverd-test-upstream.invalid/v1',
+    reset: `http://127.0.0.1:${reset.address().port}/v1`,
     silent: `http://127.0.0.1:${silent.address().port}/v1`,
     notTls: `https://127.0.0.1:${plain.address().port}/v1`,
     close() {
       for (const s of sockets) s.destroy();
       silent.close();
+      reset.close();
       plain.close();
     },
   };
@@ -299,6 +303,7 @@ const LIBRARIES = {
 const CASES = {
   refused: ['TRANSPORT_ERROR_CONNECT_REFUSED', 'FAILURE_REASON_NETWORK'],
   dns: ['TRANSPORT_ERROR_DNS', 'FAILURE_REASON_NETWORK'],
+  reset: ['TRANSPORT_ERROR_RESET', 'FAILURE_REASON_NETWORK'],
   silent: ['TRANSPORT_ERROR_TIMEOUT', 'FAILURE_REASON_TIMEOUT'],
   notTls: ['TRANSPORT_ERROR_TLS', 'FAILURE_REASON_NETWORK'],
 };

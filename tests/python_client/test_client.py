@@ -453,6 +453,102 @@ class BacklogTest(unittest.TestCase):
         self.assertEqual(shared.dropped, 1)
 
 
+# Error replies shaped as the providers send them (status, headers, body).
+REPLIES = {
+    "openai429": (429, {"retry-after": "2", "x-ratelimit-reset-requests": "2s"},
+                  {"error": {"message": "Rate limit reached for requests", "type": "requests",
+                             "code": "rate_limit_exceeded"}}, Reason.RATE_LIMIT),
+    "openai402": (402, {}, {"error": {"message": "You exceeded your current quota, please check your plan and billing "
+                                                 "details.", "type": "insufficient_quota", "code": "insufficient_quota"}},
+                  Reason.BILLING),
+    "anthropic529": (529, {}, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+                     Reason.OVERLOADED),
+}
+
+
+def _reply_with_requests(url):
+    import requests
+    r = requests.post(url, json={}, timeout=5)
+    return r.status_code, r.headers, r.content
+
+
+def _reply_with_httpx(url):
+    import httpx
+    r = httpx.post(url, json={}, timeout=5)
+    return r.status_code, r.headers, r.content
+
+
+def _reply_with_urllib(url):
+    import urllib.error
+    import urllib.request
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"{}", method="POST"), timeout=5)
+    except urllib.error.HTTPError as e:  # urllib raises for an error status; the reply is on the exception
+        return e.code, e.headers, e.read()
+    raise AssertionError("urllib did not raise for an error reply")
+
+
+def _reply_with_aiohttp(url):
+    import aiohttp
+
+    async def post():
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json={}) as resp:
+                return resp.status, resp.headers, await resp.json()  # the parsed body, as SDKs hand it over
+    return asyncio.run(post())
+
+
+class ErrorRepliesTest(unittest.TestCase):
+    """Real-shaped 429, 402 and 529 replies read by each library and reported
+    with failure_from_response: the reason failoverd gives, and the next target serves."""
+
+    LIBRARIES = {"requests": _reply_with_requests, "httpx": _reply_with_httpx, "urllib": _reply_with_urllib,
+                 "aiohttp": _reply_with_aiohttp}
+
+    def test_each_library_relays_the_reply_and_the_next_target_serves(self):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                status, headers, body, _ = REPLIES[self.path.strip("/")]
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in {"content-type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        d = tempfile.mkdtemp()
+        server = Failoverd(d, free_port())
+        try:
+            names = [f"{lib}-{reply}" for lib in self.LIBRARIES for reply in REPLIES]
+            admin_call(server.address, "Apply", admin_pb2.ApplyRequest(
+                targets=[types_pb2.Target(name=f"{n}-{t}") for n in names for t in ("x", "ok")],
+                chains=[types_pb2.Chain(name=n, targets=[f"{n}-x", f"{n}-ok"]) for n in names]))
+            with Client(server.address) as client:
+                for lib, call in self.LIBRARIES.items():
+                    for reply, (_, _, _, reason) in REPLIES.items():
+                        with self.subTest(library=lib, reply=reply):
+                            def attempt(a, ctx):
+                                if a.target.endswith("-ok"):
+                                    return AttemptOutcome(ok=True)
+                                status, headers, body = call(f"http://127.0.0.1:{upstream.server_address[1]}/{reply}")
+                                return AttemptOutcome(ok=False, failure=failure_from_response(status, headers, body))
+                            r = client.run(f"{lib}-{reply}", attempt)
+                            self.assertIs(r.attempts[0].reason, reason)
+                            self.assertEqual(r.served_by, f"{lib}-{reply}-ok", r.error)
+        finally:
+            upstream.shutdown()
+            server.stop()
+
+
 class TokenTest(unittest.TestCase):
     def test_tokens_are_sent(self):
         d = tempfile.mkdtemp()

@@ -343,6 +343,7 @@ std::string ClusterLine(const v1::ClusterStatus& c) {
       "; leader ", c.leader().empty() ? "none" : c.leader(), "; applied log entry ", c.applied_index(), " (etcd revision ",
       c.applied_revision(), "), lag ", c.lag(), "; leader changes ", c.leader_changes(), "\n");
   if (!c.etcd_error().empty()) absl::StrAppend(&line, "etcd: ", c.etcd_error(), "\n");
+  if (!c.log_error().empty()) absl::StrAppend(&line, "log: ", c.log_error(), " (NOT_SERVING)\n");
   return line;
 }
 

@@ -47,8 +47,8 @@ Daemon::Daemon(Flags flags) : flags_(std::move(flags)) {}
 
 Daemon::~Daemon() { (void)Stop(); }
 
-void Daemon::SetServingLocked(bool serving) {
-  if (health_service_ != nullptr) health_service_->SetServing(serving);
+void Daemon::UpdateServingLocked() {
+  if (health_service_ != nullptr) health_service_->SetServing(serving_ && writes_ok_ && log_applies_);
 }
 
 void Daemon::OnWrites(const absl::Status& status) {
@@ -62,7 +62,7 @@ void Daemon::OnWrites(const absl::Status& status) {
                             status.message()));
   }
   engine_->SetAcceptingChanges(status.ok(), std::string(status.message()));
-  SetServingLocked(serving_ && writes_ok_);
+  UpdateServingLocked();
 }
 
 // Cluster mode's etcd client and replica, from the flags.
@@ -207,6 +207,11 @@ absl::Status Daemon::Start() {
   *restored = RestoredState();
   api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
   if (replica_) {
+    replica_->SetLogHealthHook([this](bool applies) {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      log_applies_ = applies;
+      UpdateServingLocked();
+    });
     replica_->Prepare(restored_index, committer_.get(), changes_.get(), registry_.get(), absl::Seconds(5));
   }
 
@@ -294,7 +299,7 @@ absl::Status Daemon::Start() {
     std::lock_guard<std::mutex> lock(health_mu_);
     server_ = std::move(server);
     serving_ = true;
-    SetServingLocked(writes_ok_);
+    UpdateServingLocked();
   }
   if (!flags_.http_listen.empty()) {
     // The HTTP port calls the gRPC services in-process: the same roles, checks and errors.
@@ -365,7 +370,7 @@ absl::Status Daemon::Stop() {
     {
       std::lock_guard<std::mutex> lock(health_mu_);
       serving_ = false;
-      SetServingLocked(false);
+      UpdateServingLocked();
     }
     if (events_) events_->CloseWatchers();
     if (changes_) changes_->CloseFollowers();

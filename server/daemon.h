@@ -64,7 +64,9 @@ class Daemon {
  private:
   // The committer's health callback: writes failing (an error) or working again (OK).
   void OnWrites(const absl::Status& status);
-  void SetServingLocked(bool serving);
+  // SERVING while listening, the data dir takes writes and (cluster mode)
+  // the Change log applies; health_mu_ held.
+  void UpdateServingLocked();
 
   const Flags flags_;
   RealClock clock_;
@@ -89,8 +91,9 @@ class Daemon {
   std::unique_ptr<http::HttpServer> http_;  // --http-listen; before server_ in teardown order below
 
   std::mutex health_mu_;
-  bool writes_ok_ = true;  // guarded by health_mu_
-  bool serving_ = false;   // guarded by health_mu_
+  bool writes_ok_ = true;     // guarded by health_mu_
+  bool log_applies_ = true;   // guarded by health_mu_; cluster mode
+  bool serving_ = false;      // guarded by health_mu_
   bool stopped_ = false;
 };
 

@@ -312,9 +312,9 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
   absl::Status applied = change.status();
   if (applied.ok()) applied = engine_->ApplyChange(*change, clock_->Now());
   if (!applied.ok()) {
-    // Serve what is applied; keep trying (and saying why) until the entry is fixed or replaced.
-    NoteEtcd(absl::DataLossError(absl::StrCat("cannot apply the change log: ", applied.message())));
-    log::Error(absl::StrCat("cannot apply the change log: ", applied.message()));
+    // Keep what is applied, say so, and try again until the entry is fixed or
+    // replaced (or a snapshot passes it).
+    NoteStuck(index, applied);
     SleepFor(absl::Seconds(1));
     return false;
   }
@@ -323,7 +323,38 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
   }
   last_index_ = index;
   committer_->Submit(std::move(*change));
+  NoteApplied();
   return true;
+}
+
+void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
+  const uint64_t seen = seen_index_.load();
+  const uint64_t applied = last_index_.load();
+  const std::string error = absl::StrCat("cannot apply change log entry ", index, " (", seen > applied ? seen - applied : 0,
+                                         " entries behind the log): ", why.message());
+  bool was_applying;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was_applying = log_error_.empty();
+    log_error_ = error;
+  }
+  stuck_index_ = index;
+  if (was_applying) {
+    log::Error(absl::StrCat(error, "; not fit to serve until it is past it"), {{"applied_index", applied}});
+    if (on_log_health_) on_log_health_(false);
+  }
+}
+
+void Replica::NoteApplied() {
+  const uint64_t stuck = stuck_index_.load();
+  if (stuck == 0 || last_index_.load() < stuck) return;
+  stuck_index_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    log_error_.clear();
+  }
+  log::Info("the change log applies again", {{"applied_index", last_index_.load()}});
+  if (on_log_health_) on_log_health_(true);
 }
 
 void Replica::RunLog() {
@@ -464,6 +495,7 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   committer_->Submit(std::move(full));
   log::Info("this replica was behind the kept change log; started from the cluster's snapshot",
             {{"log_index", at}, {"was_at", next - 1}});
+  NoteApplied();
   return absl::OkStatus();
 }
 
@@ -607,20 +639,47 @@ void Replica::RunSession() {
   }
 }
 
+bool Replica::AwaitLogAt(int64_t term) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.lease), [&] {
+    return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
+  }) && !stopping_.load();
+}
+
+bool Replica::OverwriteStuckEntry(int64_t term) {
+  const uint64_t stuck = stuck_index_.load();
+  if (stuck == 0 || stuck != last_index_.load() + 1) return false;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    why = log_error_;
+  }
+  // Nobody applied it (this replica, the most up to date, could not), so the
+  // cluster loses nothing it acted on; left there it would stop every election.
+  log::Error(absl::StrCat("elected, but ", why, "; overwriting the entry with an empty one so the cluster goes on"),
+             {{"index", stuck}, {"term", term}});
+  Change empty;
+  empty.log_index = stuck;
+  empty.next_sequence = engine_->next_sequence();
+  etcdpb::TxnRequest txn;
+  RequireKeyCreatedAt(&txn, keys_.Leader(), term);
+  etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(keys_.Log(stuck));
+  put->set_value(EncodeEntry(empty, term));
+  absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(txn);
+  if (!written.ok()) NoteEtcd(written.status());
+  return written.ok() && written->succeeded();
+}
+
 void Replica::BecomeLeader(int64_t term) {
   // Everything written before this term is applied first: the watch passes
   // this replica's own leader key only after every earlier log entry.
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    const bool ready = changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.lease), [&] {
-      return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
-    });
-    if (!ready || stopping_.load()) {
-      lock.unlock();
-      log::Warn("won the election but could not read the change log in time; standing down");
-      etcd_->Revoke(lease_.exchange(0));
-      return;
-    }
+  bool ready = AwaitLogAt(term);
+  if (!ready && !stopping_.load() && OverwriteStuckEntry(term)) ready = AwaitLogAt(term);
+  if (!ready) {
+    if (!stopping_.load()) log::Warn("won the election but could not read the change log in time; standing down");
+    etcd_->Revoke(lease_.exchange(0));
+    return;
   }
   term_ = term;
   own_from_ = last_index_.load() + 1;
@@ -852,6 +911,7 @@ void Replica::Describe(failover::v1::ClusterStatus* out) const {
   // only as valid, bounded UTF-8.
   out->set_leader(SanitizeUtf8(leader_address_, 256));
   out->set_etcd_error(SanitizeUtf8(etcd_error_, 1024));
+  out->set_log_error(SanitizeUtf8(log_error_, 1024));
 }
 
 void Replica::UpdateMetrics() {

@@ -14,6 +14,12 @@
 // A leader that loses its lease or a write stops accepting changes; the ones it
 // made and could not write are dropped and its engine goes back to the state
 // the log adds up to, then follows the new leader.
+//
+// A replica that cannot apply the next log entry (it does not parse, or the
+// engine refuses it) keeps what it applied, says which entry in its status and
+// reports itself unfit to serve until it gets past it. A newly elected leader
+// stuck that way overwrites the entry with an empty one under its fence, so
+// one bad key never stops every election.
 #pragma once
 
 #include <atomic>
@@ -78,6 +84,10 @@ class Replica final : public api::LeaderLink {
   // dir) go through.
   void OnWrites(const absl::Status& status);
 
+  // Called with false when this replica gets stuck on a log entry it cannot
+  // apply, and with true once it is past it (the daemon's health status).
+  // Set before Prepare.
+  void SetLogHealthHook(std::function<void(bool applies)> hook) { on_log_health_ = std::move(hook); }
   // Applies the log from `restored_index` (what the data dir holds) as far as
   // etcd has it, waiting up to `catch_up` for etcd: before serving.
   void Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed, prometheus::Registry* registry,
@@ -112,6 +122,14 @@ class Replica final : public api::LeaderLink {
   // conflict, a reset to do).
   bool ApplyEntry(uint64_t index, const std::string& value);
   absl::Status CatchUp(int64_t* revision);
+  // The log is stuck at `index` (`why`), or has got past where it was stuck.
+  void NoteStuck(uint64_t index, const absl::Status& why);
+  void NoteApplied();
+  // Waits for the log up to this term's leader key to be applied.
+  bool AwaitLogAt(int64_t term);
+  // A new leader stuck on the entry after its applied one: writes an empty
+  // entry there under its fence. False when that is not the case or etcd refused.
+  bool OverwriteStuckEntry(int64_t term);
   void BecomeLeader(int64_t term);
   void StepDown(const std::string& why);
   void ResetToLog();  // the log thread, after a step-down with unwritten Changes
@@ -133,6 +151,7 @@ class Replica final : public api::LeaderLink {
   Committer* committer_ = nullptr;
   api::ChangeFeed* feed_ = nullptr;
   std::function<void()> on_leader_;
+  std::function<void(bool)> on_log_health_;
   std::string advertise_;   // set by Run, before the threads
   std::string peer_token_;  // set by Run, before the threads
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials_;
@@ -150,12 +169,14 @@ class Replica final : public api::LeaderLink {
   std::atomic<int64_t> lease_{0};
   std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> snapshot_index_{0};  // the newest snapshot this replica knows of
+  std::atomic<uint64_t> stuck_index_{0};     // the log entry this replica cannot apply (0: none)
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable changed_;      // applied entries, leadership, stopping
   std::condition_variable relay_ready_;  // outcomes queued for the leader
   std::string leader_address_;
   std::string etcd_error_;
+  std::string log_error_;  // why the log is stuck at stuck_index_, naming it; empty while it applies
   std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
   std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "tests/support/api_test.h"
@@ -190,6 +191,38 @@ class ClusterTest : public ::testing::Test {
     v1::ChainView view;
     if (!Admin(i)->GetChain(Ctx(2).get(), req, &view).ok()) return "?";
     return view.status().pinned_target();
+  }
+
+  std::unique_ptr<etcdserverpb::KV::Stub> Kv() {
+    return etcdserverpb::KV::NewStub(grpc::CreateChannel(etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')),
+                                                         grpc::InsecureChannelCredentials()));
+  }
+  std::string LogKey(uint64_t index) const {
+    std::string digits = std::to_string(index);
+    return prefix_ + "/log/" + std::string(20 - digits.size(), '0') + digits;
+  }
+  // The bytes etcd holds at log entry `index` ("" when there is none).
+  std::string LogValue(uint64_t index) {
+    etcdserverpb::RangeRequest req;
+    req.set_key(LogKey(index));
+    etcdserverpb::RangeResponse resp;
+    EXPECT_TRUE(Kv()->Range(Ctx().get(), req, &resp).ok());
+    return resp.kvs_size() > 0 ? resp.kvs(0).value() : "";
+  }
+  void PutLog(uint64_t index, const std::string& value) {
+    etcdserverpb::PutRequest put;
+    put.set_key(LogKey(index));
+    put.set_value(value);
+    etcdserverpb::PutResponse written;
+    ASSERT_TRUE(Kv()->Put(Ctx().get(), put, &written).ok());
+  }
+  // What the replica's health check says (SERVING, NOT_SERVING; UNKNOWN when it does not answer).
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(int i) {
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(Address(i), grpc::InsecureChannelCredentials()));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    if (!stub->Check(Ctx(2).get(), req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    return resp.status();
   }
 
   // The Change log as etcd holds it: index -> the term that wrote it.
@@ -482,6 +515,61 @@ TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
   ASSERT_GE(follower, 0);
   EXPECT_TRUE(Pin(follower, "b").ok()) << "an admin call at a follower reaches the new leader";
   EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
+}
+
+// Not a byte of garbage in an entry every replica applied long ago: a
+// replica that has to read it again (here, restarted on an empty data dir)
+// cannot get past it. It keeps what it applied, names the entry and its lag,
+// and reports NOT_SERVING (it would serve a plan that ignores the pin) until
+// the entry reads again; then it catches up and serves.
+TEST_F(ClusterTest, AReplicaThatCannotApplyTheLogSaysWhichEntryAndIsNotServing) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_TRUE(Pin(leader_, "b").ok());
+  const uint64_t last = Status(leader_).applied_index();
+  ASSERT_GE(last, 2u);
+  const int away = Follower();
+  ASSERT_TRUE(Within(5, [&] { return Status(away).applied_index() == last; }));
+  proc(away).Stop(SIGKILL);
+  const std::string second = LogValue(2);
+  ASSERT_FALSE(second.empty());
+  PutLog(2, std::string("\x0a\xff\xff\xff\xff", 5));  // a length that runs past the end: never parses
+  TempDir empty;
+  StartReplica(away, {}, empty.path() + "/data");
+  EXPECT_TRUE(Within(10, [&] {
+    const ClusterStatus s = Status(away);
+    return s.log_error().find("entry 2 ") != std::string::npos && s.log_error().find("behind") != std::string::npos;
+  })) << "log_error: " << Status(away).log_error();
+  EXPECT_EQ(Status(away).applied_index(), 1u);
+  EXPECT_EQ(Health(away), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  const CommandResult status = RunCommand({FailoverctlBinary(), "--server", Address(away), "status"});
+  EXPECT_NE(status.out.find("log: cannot apply change log entry 2 "), std::string::npos) << status.out;
+  EXPECT_EQ(Health(leader_), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  PutLog(2, second);  // repaired: it catches up and serves
+  EXPECT_TRUE(Within(10, [&] { return Status(away).applied_index() >= last && Status(away).log_error().empty(); }));
+  EXPECT_EQ(Pinned(away), "b");
+  EXPECT_TRUE(Within(5, [&] { return Health(away) == grpc::health::v1::HealthCheckResponse::SERVING; }));
+  proc(away).Stop(SIGKILL);  // before its data dir goes
+}
+
+// Garbage at the next index of the log, where no replica has applied
+// anything: every replica is stuck on it, so a new leader could never read
+// the log up to its term. The one elected overwrites it with an empty entry
+// under its fence, and the cluster goes on: a leader, changes, every replica
+// at the same index.
+TEST_F(ClusterTest, GarbageAtTheNextLogIndexDoesNotStopElections) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const uint64_t last = Status(leader_).applied_index();
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Status(i).applied_index() == last; }));
+  PutLog(last + 1, std::string("\x0a\xff\xff\xff\xff", 5));
+  EXPECT_TRUE(Within(30, [&] { return Pin(Follower(), "b").ok(); })) << "no leader takes changes";
+  leader_ = AwaitLeader(10);
+  ASSERT_GE(leader_, 0);
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(10, [&] { return Pinned(i) == "b" && Status(i).log_error().empty(); })) << "replica " << i;
+  }
+  cluster::LogEntry entry;
+  EXPECT_TRUE(entry.ParseFromString(LogValue(last + 1))) << "the garbage is still there";
 }
 
 // Failures that trip nothing, reported at different replicas: once the

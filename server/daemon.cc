@@ -323,7 +323,7 @@ absl::Status Daemon::Start() {
     if (advertise.empty()) {
       advertise = flags_.listen.substr(0, flags_.listen.rfind(':') + 1) + std::to_string(port);
     }
-    replica_->Run(advertise, auth_ ? auth_->TokenFor(api::Role::kDecide) : "", [this] {
+    replica_->Run(advertise, auth_ ? auth_->TokenFor(api::Role::kPeer) : "", [this] {
       if (reloader_) reloader_->Reload("this replica became the cluster's leader");
     });
   }

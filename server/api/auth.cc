@@ -54,9 +54,10 @@ absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& pat
     if (const size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
     std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
     if (parts.empty()) continue;
-    if ((parts.size() != 2 && parts.size() != 3) || (parts[0] != "decide" && parts[0] != "admin")) {
+    const bool known_role = parts[0] == "decide" || parts[0] == "admin" || parts[0] == "peer";
+    if ((parts.size() != 2 && parts.size() != 3) || !known_role) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", n, ": expected \"<decide|admin> <token>\" or \"<decide|admin> <name> <token>\""));
+          path, ":", n, ": expected \"<decide|admin|peer> <token>\" or \"<decide|admin|peer> <name> <token>\""));
     }
     std::string name;
     if (parts.size() == 3) {
@@ -69,7 +70,8 @@ absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& pat
             absl::StrCat(path, ":", n, ": a token's name is 1..64 characters of A-Za-z0-9._@-"));
       }
     }
-    tokens.push_back(Token{parts.back(), parts[0] == "admin" ? Role::kAdmin : Role::kDecide, std::move(name)});
+    const Role role = parts[0] == "admin" ? Role::kAdmin : parts[0] == "peer" ? Role::kPeer : Role::kDecide;
+    tokens.push_back(Token{parts.back(), role, std::move(name)});
   }
   if (tokens.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
   return tokens;
@@ -78,11 +80,14 @@ absl::StatusOr<Authorizer::Tokens> Authorizer::ReadTokens(const std::string& pat
 std::string Authorizer::TokenFor(Role role) const {
   // The least a call needs: a token of the role itself before an admin one,
   // so replicas relay reports with a decide token when the file has one.
-  for (const Token& t : *tokens()) {
-    if (t.role == role) return t.value;
-  }
-  for (const Token& t : *tokens()) {
-    if (t.role == Role::kAdmin) return t.value;
+  const std::shared_ptr<const Tokens> all = tokens();
+  std::vector<Role> wanted = {role};
+  if (role == Role::kPeer) wanted.push_back(Role::kDecide);
+  wanted.push_back(Role::kAdmin);
+  for (Role r : wanted) {
+    for (const Token& t : *all) {
+      if (t.role == r) return t.value;
+    }
   }
   return "";
 }
@@ -100,7 +105,9 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) 
   const std::shared_ptr<const Tokens> tokens = this->tokens();
   for (const Token& t : *tokens) {
     if (!SameSecret(presented, t.value)) continue;
-    if (t.role == Role::kAdmin || t.role == needed) return absl::OkStatus();
+    if (t.role == Role::kAdmin || t.role == needed || (t.role == Role::kPeer && needed == Role::kDecide)) {
+      return absl::OkStatus();
+    }
     return absl::PermissionDeniedError("this token may only make decisions and read state (PickTarget, "
                                        "ReportOutcome, Probe, WatchEvents, GetStatus, ListEvents); admin calls need "
                                        "an admin token");
@@ -108,18 +115,28 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& ctx, Role needed) 
   return absl::UnauthenticatedError("unknown bearer token");
 }
 
-std::string Authorizer::TokenName(const grpc::ServerContextBase& ctx) const {
+std::optional<Authorizer::Token> Authorizer::Presented(const grpc::ServerContextBase& ctx) const {
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) return "";
+  if (it == metadata.end()) return std::nullopt;
   const std::string header(it->second.data(), it->second.size());
   constexpr absl::string_view kBearer = "Bearer ";
-  if (header.size() <= kBearer.size()) return "";
+  if (header.size() <= kBearer.size() || !absl::StartsWithIgnoreCase(header, kBearer)) return std::nullopt;
   const std::string presented = header.substr(kBearer.size());
   for (const Token& t : *tokens()) {
-    if (SameSecret(presented, t.value)) return t.name;
+    if (SameSecret(presented, t.value)) return t;
   }
-  return "";
+  return std::nullopt;
+}
+
+bool Authorizer::IsPeer(const grpc::ServerContextBase& ctx) const {
+  const std::optional<Token> t = Presented(ctx);
+  return t && t->role == Role::kPeer;
+}
+
+std::string Authorizer::TokenName(const grpc::ServerContextBase& ctx) const {
+  const std::optional<Token> t = Presented(ctx);
+  return t ? t->name : "";
 }
 
 std::string CallerOf(const grpc::ServerContextBase& ctx, const Authorizer* auth) {

@@ -1,10 +1,12 @@
 // Bearer tokens with two roles (DESIGN 3.11): decide (PickTarget,
-// ReportOutcome, Probe, WatchEvents) and admin (everything). Without a tokens
-// file every call is allowed. Health and reflection are separate services and
+// ReportOutcome, Probe, WatchEvents) and admin (everything); and peer, a decide
+// token cluster replicas relay outcomes with. Without a tokens file every call
+// is allowed. Health and reflection are separate services and
 // stay open.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,22 +20,25 @@
 
 namespace failover::api {
 
-enum class Role { kDecide, kAdmin };
+// kPeer: what cluster replicas relay outcomes with; it may make decide calls.
+enum class Role { kDecide, kAdmin, kPeer };
 
 class Authorizer {
  public:
-  // Reads lines of "<role> <token>" or "<role> <name> <token>" (role decide or
-  // admin; the name is who the token belongs to, recorded on the events of its
-  // admin calls); '#' starts a comment.
+  // Reads lines of "<role> <token>" or "<role> <name> <token>" (role decide,
+  // admin or peer; the name is who the token belongs to, recorded on the
+  // events of its admin calls); '#' starts a comment.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Authorizer>> FromFile(const std::string& path);
 
   // Reads the file again (SIGHUP). On an error the tokens in use stay.
   [[nodiscard]] absl::Status Reload();
   size_t token_count() const;
   // A token that may make calls of `role` (for calls between cluster
-  // replicas, which share the file): one of that role if there is one, else
-  // an admin token; empty when there is none.
+  // replicas, which share the file): one of that role if there is one (for
+  // peer, then a decide one), else an admin token; empty when there is none.
   std::string TokenFor(Role role) const;
+  // Whether the call presents a peer token.
+  bool IsPeer(const grpc::ServerContextBase& ctx) const;
 
   // UNAUTHENTICATED without a known bearer token, PERMISSION_DENIED when the
   // token's role is not enough.
@@ -50,6 +55,8 @@ class Authorizer {
   };
   using Tokens = std::vector<Token>;
   [[nodiscard]] static absl::StatusOr<Tokens> ReadTokens(const std::string& path);
+  // The token the call presents as a bearer token, if it is one of the file's.
+  std::optional<Token> Presented(const grpc::ServerContextBase& ctx) const;
   std::shared_ptr<const Tokens> tokens() const;
 
   std::string path_;

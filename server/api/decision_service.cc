@@ -67,7 +67,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         ctx_(ctx),
         call_(call),
         response_(response),
-        relayed_(call->client_metadata().count(kForwardedHeader) != 0) {
+        relayed_(call->client_metadata().count(kForwardedHeader) != 0 && ctx.FromAPeer(*call)) {
     const absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
     if (allowed.ok()) {
       StartRead(&in_);

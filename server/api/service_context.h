@@ -35,6 +35,14 @@ struct ServiceContext {
   absl::Status Authorize(const grpc::ServerContextBase& ctx, Role role) const {
     return auth == nullptr ? absl::OkStatus() : auth->Check(ctx, role);
   }
+  // Whether a call marked forwarded (x-failoverd-forwarded) really comes from
+  // another replica: only a cluster leader receives relays, and with a tokens
+  // file only a peer token may send them. Anything else is counted as any
+  // caller's (the mark would hide its outcomes from this replica's metrics).
+  bool FromAPeer(const grpc::ServerContextBase& ctx) const {
+    if (leader == nullptr || !leader->IsLeader()) return false;
+    return auth == nullptr || auth->IsPeer(ctx);
+  }
 };
 
 }  // namespace failover::api

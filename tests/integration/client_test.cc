@@ -245,6 +245,33 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
   EXPECT_EQ(a.status().health(), v1::HEALTH_STATE_DOWN);
 }
 
+// The mark replicas put on the outcomes they relay to the leader (counted
+// toward health there, but not again in its metrics) is no one else's to use:
+// on a single node, sent by any caller, the outcomes count in the metrics.
+TEST(StreamOutcomesTest, TheReplicasForwardedMarkHidesNothingFromACaller) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {"--metrics-listen", "127.0.0.1:0"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("x-failoverd-forwarded", "1");
+  v1::StreamOutcomesResponse summary;
+  auto writer = decide->StreamOutcomes(&ctx, &summary);
+  v1::ReportOutcomeRequest r;
+  r.set_chain("ch");
+  r.set_target("b");
+  r.mutable_success();
+  r.set_count(4);
+  ASSERT_TRUE(writer->Write(r));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(summary.accepted(), 1u);
+  EXPECT_THAT(HttpGet(proc.MetricsPort(), "/metrics"),
+              ::testing::HasSubstr("failover_outcomes_total{reason=\"none\",target=\"b\"} 4\n"));
+}
+
 }  // namespace
 }  // namespace failover::testing
 

@@ -17,7 +17,7 @@ using ::testing::HasSubstr;
 TEST(SecurityTest, TokensHaveTwoRolesAndHealthStaysOpen) {
   TempDir data, secrets;
   const std::string tokens = secrets.path() + "/tokens";
-  std::ofstream(tokens) << "# role token\nadmin adm-secret\ndecide dec-secret\n";
+  std::ofstream(tokens) << "# role token\nadmin adm-secret\ndecide dec-secret\npeer peer-secret\n";
   FailoverdProcess proc({data.path(), {"--tokens-file", tokens}});
   std::string error;
   ASSERT_TRUE(proc.Start(&error)) << error;
@@ -37,6 +37,9 @@ TEST(SecurityTest, TokensHaveTwoRolesAndHealthStaysOpen) {
   EXPECT_THAT(decide_ok.err, HasSubstr("chain \"nope\" not found"));  // authorized, then refused on its merits
   EXPECT_EQ(ctl({"get", "chains"}, {"FAILOVERD_TOKEN=adm-secret"}).exit_code, 0);
   EXPECT_EQ(ctl({"pick", "nope"}, {"FAILOVERD_TOKEN=adm-secret"}).exit_code, 1);  // admin may decide too
+  // A peer token (cluster replicas relay with it) decides, and is no admin.
+  EXPECT_THAT(ctl({"pick", "nope"}, {"FAILOVERD_TOKEN=peer-secret"}).err, HasSubstr("chain \"nope\" not found"));
+  EXPECT_THAT(ctl({"get", "chains"}, {"FAILOVERD_TOKEN=peer-secret"}).err, HasSubstr("admin calls need an admin token"));
   EXPECT_EQ(ctl({"health"}).out, "SERVING\n");
   CommandResult watch = ctl({"watch", "--max-events", "1"});
   EXPECT_EQ(watch.exit_code, 1);

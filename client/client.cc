@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/trailers.h"
+#include "common/report_sender.h"
 
 namespace failover::client {
 namespace {
@@ -58,16 +59,8 @@ std::string Describe(const v1::Failure& f) {
 
 }  // namespace
 
-namespace {
-std::string RandomSenderId() {
-  std::random_device rd;
-  return absl::StrCat(absl::Hex((uint64_t{rd()} << 32) | rd(), absl::kZeroPad16),
-                      absl::Hex((uint64_t{rd()} << 32) | rd(), absl::kZeroPad16));
-}
-}  // namespace
-
 Client::Client(std::shared_ptr<v1::DecisionService::StubInterface> stub, ClientOptions options)
-    : stub_(std::move(stub)), options_(std::move(options)), sender_id_(RandomSenderId()) {
+    : stub_(std::move(stub)), options_(std::move(options)), sender_id_(NewReportSender()) {
   if (!options_.sleep) options_.sleep = [](absl::Duration d) { absl::SleepFor(d); };
   if (!options_.now) options_.now = [] { return absl::Now(); };
   if (options_.background_flush) flusher_ = std::thread([this] { FlushLoop(); });

@@ -12,6 +12,7 @@
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "common/report_sender.h"
 #include "common/state_mirror.h"
 #include "common/utf8.h"
 #include "proto/state_convert.h"
@@ -22,6 +23,7 @@ namespace {
 
 constexpr size_t kRangePage = 256;
 constexpr size_t kRelayBatch = 1000;
+constexpr size_t kRelayMinBatch = 16;
 constexpr size_t kTxnBytes = 1 << 20;  // below etcd's default --max-request-bytes (1.5 MiB)
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
@@ -55,7 +57,13 @@ std::chrono::system_clock::time_point DeadlineIn(absl::Duration d) {
 }  // namespace
 
 Replica::Replica(ReplicaOptions options, std::unique_ptr<EtcdClient> etcd, Engine* engine, const Clock* clock)
-    : options_(std::move(options)), keys_(options_.prefix), etcd_(std::move(etcd)), engine_(engine), clock_(clock) {
+    : options_(std::move(options)),
+      keys_(options_.prefix),
+      etcd_(std::move(etcd)),
+      engine_(engine),
+      clock_(clock),
+      relay_sender_(NewReportSender()),
+      relay_batch_(kRelayBatch) {
   if (!options_.peer_ca.empty() || !options_.peer_cert.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = ReadFileOrEmpty(options_.peer_ca);
@@ -814,6 +822,12 @@ void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Dura
   changed_.wait_until(lock, deadline, [&] { return last_index_.load() >= acked->log_index || stopping_.load(); });
 }
 
+void Replica::StampRelayed(failover::v1::ReportOutcomeRequest* report) {
+  if (report->has_report_id()) return;
+  report->mutable_report_id()->set_sender(relay_sender_);
+  report->mutable_report_id()->set_sequence(++relay_sequence_);
+}
+
 void Replica::RunRelay() {
   while (!stopping_.load()) {
     std::vector<Relayed> batch;
@@ -828,18 +842,19 @@ void Replica::RunRelay() {
       // same target and chain travel as one report with a count; never across
       // an outcome that is waited for, so the order that matters is kept.
       std::map<std::pair<std::string, std::string>, size_t> merged;
-      while (!relay_.empty() && batch.size() < kRelayBatch) {
+      while (!relay_.empty() && batch.size() < relay_batch_) {
         Relayed next = std::move(relay_.front());
         relay_.pop_front();
         if (next.acked) --relay_waited_;
-        if (next.acked || !next.report.has_success()) {
+        // One with an id (sent before, or the caller's) keeps what the id stands for.
+        if (next.acked || !next.report.has_success() || next.report.has_report_id()) {
           merged.clear();
           batch.push_back(std::move(next));
           continue;
         }
         auto [at, fresh] = merged.try_emplace({next.report.target(), next.report.chain()}, batch.size());
         failover::v1::ReportOutcomeRequest& into = batch[at->second].report;
-        if (!fresh && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
+        if (!fresh && !into.has_report_id() && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
           into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
           continue;
         }
@@ -848,6 +863,7 @@ void Replica::RunRelay() {
       }
     }
     if (batch.empty()) continue;
+    for (Relayed& r : batch) StampRelayed(&r.report);
     std::string address;
     std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
     grpc::Status sent(grpc::StatusCode::UNAVAILABLE, "no leader");
@@ -876,6 +892,13 @@ void Replica::RunRelay() {
       }
     }
     leader_reachable_ = sent.ok();
+    // A batch the leader could not take within the deadline is sent again
+    // smaller, or it would time out again and again while the leader counts it.
+    if (sent.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      relay_batch_ = std::max<size_t>(kRelayMinBatch, relay_batch_ / 2);
+    } else if (sent.ok()) {
+      relay_batch_ = std::min(kRelayBatch, relay_batch_ * 2);
+    }
     if (!sent.ok()) {
       // Kept for the next leader (oldest first), up to the limit.
       std::lock_guard<std::mutex> lock(mu_);

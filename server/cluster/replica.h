@@ -118,6 +118,7 @@ class Replica final : public api::LeaderLink {
   void RunSession();  // the lease, the campaign, leadership
   void RunRelay();    // outcomes to the leader
   void DropOldestRelayedLocked();  // mu_ held: the queue is full
+  void StampRelayed(failover::v1::ReportOutcomeRequest* report);
   // Applies what one range or watch brought. False: start over (a gap, a
   // conflict, a reset to do).
   bool ApplyEntry(uint64_t index, const std::string& value);
@@ -193,6 +194,12 @@ class Replica final : public api::LeaderLink {
   size_t relay_waited_ = 0;  // entries of relay_ someone waits for
   std::atomic<bool> leader_reachable_{true};
   uint64_t relay_dropped_ = 0;
+  // The relay thread's: each relayed report gets an id (this process's sender,
+  // a rising sequence) before it is first sent and keeps it when sent again,
+  // so a batch whose answer was lost counts once at the leader.
+  const std::string relay_sender_;
+  uint64_t relay_sequence_ = 0;
+  size_t relay_batch_ = 0;  // reports per call: halved when a call runs out of time, grown back after
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 
   prometheus::Gauge* leader_gauge_ = nullptr;

@@ -28,6 +28,32 @@ using v1::ClusterStatus;
 
 constexpr int kReplicas = 3;
 
+// Stands in for a leader the replicas relay outcomes to: records what each
+// StreamOutcomes call brought, and answers the first with an error after
+// reading all of it (a leader that counted a batch whose answer was lost).
+class FakeLeader final : public v1::DecisionService::Service {
+ public:
+  grpc::Status StreamOutcomes(grpc::ServerContext*, grpc::ServerReader<v1::ReportOutcomeRequest>* reader,
+                              v1::StreamOutcomesResponse* summary) override {
+    std::vector<v1::ReportOutcomeRequest> got;
+    v1::ReportOutcomeRequest report;
+    while (reader->Read(&report)) got.push_back(report);
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(got);
+    if (calls_.size() == 1) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost");
+    summary->set_accepted(static_cast<uint32_t>(got.size()));
+    return grpc::Status::OK;
+  }
+  std::vector<std::vector<v1::ReportOutcomeRequest>> Calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<v1::ReportOutcomeRequest>> calls_;
+};
+
 // Waits up to `seconds` for `check`.
 template <typename F>
 bool Within(double seconds, F check) {
@@ -570,6 +596,84 @@ TEST_F(ClusterTest, GarbageAtTheNextLogIndexDoesNotStopElections) {
   }
   cluster::LogEntry entry;
   EXPECT_TRUE(entry.ParseFromString(LogValue(last + 1))) << "the garbage is still there";
+}
+
+// A follower relays outcomes to the leader in batches; when a batch's answer
+// is lost (the leader may have counted it) the batch is sent again. Every
+// relayed report carries an id, the same each time it is sent, so the leader
+// counts it once (it was counted again on every resend: one failure's trip
+// showed three times).
+TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1000)).ok());
+  const int f = Follower();
+  ASSERT_TRUE(Within(5, [&] { return Status(f).applied_index() == Status(leader_).applied_index(); }));
+  FakeLeader fake;
+  int fake_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &fake_port);
+  builder.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  // The follower, paused, wakes up to a cluster whose leader key (on a live
+  // lease) names the fake.
+  ASSERT_EQ(kill(proc(f).pid(), SIGSTOP), 0);
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i != f) proc(i).Stop(SIGKILL);
+  }
+  auto channel = grpc::CreateChannel(etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')),
+                                     grpc::InsecureChannelCredentials());
+  etcdserverpb::LeaseGrantRequest grant;
+  grant.set_ttl(60);
+  etcdserverpb::LeaseGrantResponse lease;
+  ASSERT_TRUE(etcdserverpb::Lease::NewStub(channel)->LeaseGrant(Ctx().get(), grant, &lease).ok());
+  etcdserverpb::TxnRequest take;  // once the dead leader's key is gone
+  etcdserverpb::Compare* absent = take.add_compare();
+  absent->set_key(prefix_ + "/leader");
+  absent->set_target(etcdserverpb::Compare::CREATE);
+  absent->set_result(etcdserverpb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  etcdserverpb::PutRequest* put = take.add_success()->mutable_request_put();
+  put->set_key(prefix_ + "/leader");
+  put->set_value("127.0.0.1:" + std::to_string(fake_port));
+  put->set_lease(lease.id());
+  ASSERT_TRUE(Within(10, [&] {
+    etcdserverpb::TxnResponse taken;
+    return Kv()->Txn(Ctx().get(), take, &taken).ok() && taken.succeeded();
+  }));
+  ASSERT_EQ(kill(proc(f).pid(), SIGCONT), 0);
+  ASSERT_TRUE(Within(10, [&] { return Status(f).leader() == "127.0.0.1:" + std::to_string(fake_port); }));
+
+  for (int i = 0; i < 3; ++i) Fail(f, "a");
+  ASSERT_TRUE(Within(10, [&] {
+    size_t relayed = 0;
+    for (const auto& call : fake.Calls()) relayed += call.size();
+    return fake.Calls().size() >= 2 && relayed >= 4;
+  }));
+  const auto calls = fake.Calls();
+  std::map<std::pair<std::string, uint64_t>, std::string> ids;  // id -> the report it stands for
+  for (const auto& call : calls) {
+    for (const v1::ReportOutcomeRequest& r : call) {
+      ASSERT_TRUE(r.has_report_id()) << r.ShortDebugString();
+      v1::ReportOutcomeRequest without_id = r;
+      without_id.clear_report_id();
+      const auto [at, fresh] =
+          ids.emplace(std::make_pair(r.report_id().sender(), r.report_id().sequence()), without_id.SerializeAsString());
+      EXPECT_TRUE(fresh || at->second == without_id.SerializeAsString()) << "one id, two reports";
+    }
+  }
+  // What the first (lost) call carried went again with the same ids.
+  for (const v1::ReportOutcomeRequest& r : calls[0]) {
+    bool again = false;
+    for (size_t c = 1; c < calls.size() && !again; ++c) {
+      for (const v1::ReportOutcomeRequest& later : calls[c]) {
+        again = again || (later.report_id().sender() == r.report_id().sender() &&
+                          later.report_id().sequence() == r.report_id().sequence());
+      }
+    }
+    EXPECT_TRUE(again) << "not sent again: " << r.ShortDebugString();
+  }
+  EXPECT_EQ(ids.size(), 3u) << "three failures, three ids";
+  server->Shutdown();
 }
 
 // Failures that trip nothing, reported at different replicas: once the

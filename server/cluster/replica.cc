@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -24,6 +25,8 @@ namespace {
 constexpr size_t kRangePage = 256;
 constexpr size_t kRelayBatch = 1000;
 constexpr size_t kRelayMinBatch = 16;
+// The log index of a Change made while this replica was not the leader.
+constexpr uint64_t kNotInTheLog = std::numeric_limits<uint64_t>::max();
 constexpr size_t kTxnBytes = 1 << 20;  // below etcd's default --max-request-bytes (1.5 MiB)
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
@@ -79,7 +82,18 @@ Replica::~Replica() { Stop(); }
 
 // --- writing: the leader's Changes go to the log, fenced on its leadership ---
 
-void Replica::Stamp(Change* change) { change->log_index = last_index_.fetch_add(1) + 1; }
+void Replica::Stamp(Change* change) {
+  // The applied cursor is the log's: only a leader's changes take a place in
+  // it. One made as leadership was lost (its maker passed the engine's
+  // accepting gate before the step-down) gets none, so a deposed replica never
+  // skips the next real entry; Write drops it, and the engine goes back to the
+  // log's state.
+  if (!IsLeader()) {
+    change->log_index = kNotInTheLog;
+    return;
+  }
+  change->log_index = last_index_.fetch_add(1) + 1;
+}
 
 absl::Status Replica::Write(const std::vector<const Change*>& changes, const LocalWrite& local) {
   std::vector<const Change*> fresh;  // made here and not in etcd yet
@@ -89,7 +103,10 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
   }
   if (!fresh.empty()) {
     const int64_t term = term_.load();
-    if (!IsLeader() || term == 0) {
+    const bool unplaced = std::any_of(fresh.begin(), fresh.end(), [](const Change* c) {
+      return c->log_index == kNotInTheLog;
+    });
+    if (!IsLeader() || term == 0 || unplaced) {
       StepDown("a change was made while not the leader");
       return Dropped(absl::UnavailableError(
           "not saved: this replica is no longer the cluster's leader; the change was dropped, try again"));

@@ -17,6 +17,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "server/cluster/replica.h"
 #include "tests/support/api_test.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/small_disk.h"
@@ -1004,6 +1005,31 @@ TEST_F(ClusterEtcdSecurityTest, TlsAndAUserFromAFileReachEtcdAndMistakesAreNamed
     EXPECT_EQ(r.exit_code, 1) << bad[0];
     EXPECT_NE(r.err.find(bad[0] == "--etcd-user" ? "--etcd-password-file" : bad[0]), std::string::npos) << r.err;
   }
+}
+
+// A change the engine makes just as this replica stops leading (its maker
+// passed the accepting gate before the step-down) takes no place in the log:
+// the follower's applied cursor is untouched, so it never skips the next real
+// entry, and the change is dropped, not written anywhere.
+TEST(ReplicaTest, AChangeMadeWhileNotTheLeaderTakesNoPlaceInTheLog) {
+  cluster::EtcdOptions etcd;
+  etcd.endpoints = {"127.0.0.1:1"};  // never called
+  absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> client = cluster::EtcdClient::Create(etcd);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Engine engine;
+  RealClock clock;
+  cluster::Replica replica(cluster::ReplicaOptions(), std::move(client).value(), &engine, &clock);
+  Change late;
+  replica.Stamp(&late);
+  EXPECT_EQ(replica.LogIndex(), 0u) << "the applied cursor moved";
+  EXPECT_NE(late.log_index, 1u) << "it took the next real entry's place";
+  bool stored = false;
+  const absl::Status written = replica.Write({&late}, [&](const std::vector<const Change*>&) {
+    stored = true;
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(written.ok());
+  EXPECT_FALSE(stored);
 }
 
 }  // namespace

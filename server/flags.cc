@@ -122,9 +122,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   app.add_option("--max-chains", flags->max_chains, "Chains in all; an apply that would pass it is refused")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--max-watchers", flags->max_watchers,
-                 "Concurrent WatchEvents streams, and apart from them concurrent grpc.health.v1 Watch streams; "
-                 "one more of either gets RESOURCE_EXHAUSTED")
+  CLI::Option* max_watchers = app.add_option(
+      "--max-watchers", flags->max_watchers,
+      "Concurrent WatchEvents streams, and apart from them concurrent grpc.health.v1 Watch streams; one more of "
+      "either gets RESOURCE_EXHAUSTED. Unset: 10000, or less when the descriptor limit cannot hold that many (two "
+      "descriptors each, 256 kept for the rest)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--etcd-endpoints", flags->etcd_endpoints,
@@ -160,6 +162,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "Cluster mode with TLS: CA (PEM) of the other replicas' server certificates (default: --tls-client-ca)");
   try {
     app.parse(argc, argv);
+    flags->max_watchers_given = max_watchers->count() > 0;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

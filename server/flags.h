@@ -35,6 +35,7 @@ struct Flags {
   double events_max_age_hours = 168;
   size_t max_message_bytes = 4 << 20;
   size_t max_watchers = 10000;
+  bool max_watchers_given = false;  // set on the command line (else sized to the descriptor limit)
   size_t max_targets = 100000;
   size_t max_chains = 100000;
   // Cluster mode (DESIGN 3.12): on when etcd endpoints are given.

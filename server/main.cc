@@ -45,7 +45,9 @@ void RouteGrpcLogs() {
 
 // Every connection and watcher holds a descriptor: take the most the system
 // allows, and say what that is (server/accept_guard.h covers running out).
-void RaiseDescriptorLimit(const failover::Flags& flags) {
+// An unset --max-watchers is sized to what the limit holds; a set one that it
+// cannot hold is warned about.
+void RaiseDescriptorLimit(failover::Flags& flags) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
   if (limit.rlim_cur < limit.rlim_max) {
@@ -54,7 +56,12 @@ void RaiseDescriptorLimit(const failover::Flags& flags) {
     getrlimit(RLIMIT_NOFILE, &limit);
   }
   log::Info("descriptor limit", {{"nofile", limit.rlim_cur}});
-  if (limit.rlim_cur < 2 * flags.max_watchers + 256) {
+  constexpr rlim_t kKept = 256;  // listeners, files, connections besides the watchers
+  if (!flags.max_watchers_given && limit.rlim_cur < 2 * flags.max_watchers + kKept) {
+    flags.max_watchers = std::max<size_t>(16, (limit.rlim_cur > kKept ? limit.rlim_cur - kKept : 0) / 2);
+    log::Info("--max-watchers sized to the descriptor limit",
+              {{"max_watchers", flags.max_watchers}, {"nofile", limit.rlim_cur}});
+  } else if (limit.rlim_cur < 2 * flags.max_watchers + kKept) {
     log::Warn(absl::StrCat("the descriptor limit (", limit.rlim_cur, ") is low for --max-watchers ",
                            flags.max_watchers, ": raise it (ulimit -n) or lower --max-watchers"));
   }

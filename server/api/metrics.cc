@@ -371,8 +371,10 @@ void Metrics::OnOutcome(const std::string& target, const ReportResult& result, a
   if (timed) {
     prometheus::Histogram*& h = latency_of_[target];
     if (h == nullptr) {
-      h = &upstream_latency_.Add({{"target", target}},
-                                 prometheus::Histogram::BucketBoundaries{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+      // Up to the longest timeouts targets use (a local model's ten minutes).
+      static const prometheus::Histogram::BucketBoundaries kUpstreamBuckets = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                                                               10,   30,  60,   120, 300, 600};
+      h = &upstream_latency_.Add({{"target", target}}, kUpstreamBuckets);
     }
     h->Observe(absl::ToDoubleSeconds(latency));
   }

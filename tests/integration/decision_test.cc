@@ -289,5 +289,27 @@ TEST(ReportCountTest, ACountedReportCountsEachSuccessAndIsRefusedOtherwise) {
   EXPECT_THAT(metrics, ::testing::Not(::testing::HasSubstr("reason=\"server_error\",target=\"b\"} 1")));
 }
 
+// Upstream latency buckets reach the longest timeouts targets use (ten
+// minutes for a local model): a 400 s call is not lumped in with everything
+// past a minute.
+TEST(ReportCountTest, UpstreamLatencyBucketsReachTenMinutes) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {"--metrics-listen", "127.0.0.1:0"}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  v1::ReportOutcomeRequest req;
+  req.set_chain("ch");
+  req.set_target("b");
+  req.mutable_success();
+  req.mutable_latency()->set_seconds(400);
+  grpc::ClientContext ctx;
+  v1::ReportOutcomeResponse resp;
+  ASSERT_TRUE(v1::DecisionService::NewStub(proc.Channel())->ReportOutcome(&ctx, req, &resp).ok());
+  const std::string metrics = HttpGet(proc.MetricsPort(), "/metrics");
+  EXPECT_THAT(metrics, ::testing::HasSubstr("failover_upstream_latency_seconds_bucket{target=\"b\",le=\"300\"} 0\n"));
+  EXPECT_THAT(metrics, ::testing::HasSubstr("failover_upstream_latency_seconds_bucket{target=\"b\",le=\"600\"} 1\n"));
+}
+
 }  // namespace
 }  // namespace failover::testing

@@ -2,10 +2,15 @@
 //
 // Exit codes, stable for scripts: 0 success, 1 failoverd refused or failed
 // (its message on stderr), 2 usage error, 3 failoverd cannot be reached.
+#include <unistd.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -348,29 +353,59 @@ std::string ClusterLine(const v1::ClusterStatus& c) {
 }
 
 int Status(Ctl& ctl, bool watch) {
+  // A terminal gets the view redrawn in place; a pipe or file gets each view
+  // in turn under a dated line, and no escape codes.
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
   auto print = [&]() -> int {
     v1::StatusResponse resp;
     const grpc::Status s =
         AllPages(ctl, v1::GetStatusRequest(), &resp, [&](auto* c, const auto& r, auto* p) { return ctl.admin->GetStatus(c, r, p); });
     if (!s.ok()) return ExitFor(s);
     if (ctl.PrintStructured(resp)) return kExitOk;
-    if (watch) std::cout << "\033[H\033[2J";  // redraw from the top
+    if (watch && terminal) std::cout << "\033[H\033[2J";  // redraw from the top
+    if (watch && !terminal) {
+      std::cout << "--- " << absl::FormatTime("%Y-%m-%d %H:%M:%S %Z", absl::Now(), absl::LocalTimeZone()) << "\n";
+    }
     if (resp.has_cluster()) std::cout << ClusterLine(resp.cluster()) << "\n";
     std::cout << ChainsTable({resp.chains().begin(), resp.chains().end()}) << "\n"
               << TargetsTable({resp.targets().begin(), resp.targets().end()}) << std::flush;
     return kExitOk;
   };
   if (const int rc = print(); rc != kExitOk || !watch) return rc;
-  // Redraw on every change; reconnect when the stream drops.
-  for (;;) {
-    auto ctx = ctl.StreamCtx();
-    auto reader = ctl.decide->WatchEvents(ctx.get(), v1::WatchEventsRequest());
-    v1::Event e;
-    while (reader->Read(&e)) {
-      if (!(e.has_snapshot() && e.snapshot().more())) print();
+  // Redraw at once on every change, and every second besides so the ages
+  // tick; the events come on a thread of their own, which reconnects when the
+  // stream drops. Runs until the process is stopped.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable changed_cv;
+    bool changed = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread([&ctl, shared] {
+    for (;;) {
+      auto ctx = ctl.StreamCtx();
+      auto reader = ctl.decide->WatchEvents(ctx.get(), v1::WatchEventsRequest());
+      v1::Event e;
+      while (reader->Read(&e)) {
+        if (e.has_snapshot() && e.snapshot().more()) continue;
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->changed = true;
+        shared->changed_cv.notify_one();
+      }
+      reader->Finish();
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     }
-    reader->Finish();
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }).detach();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(shared->mu);
+      shared->changed_cv.wait_for(lock, std::chrono::seconds(1), [&] { return shared->changed; });
+      shared->changed = false;
+    }
+    print();
+    // The reader went away (a pipe closed): done. Exits at once, as the
+    // events thread is still blocked in its stream.
+    if (!std::cout.good()) std::_Exit(kExitOk);
   }
 }
 

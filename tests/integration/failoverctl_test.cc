@@ -120,6 +120,24 @@ TEST_F(FailoverctlTest, PinTriggerStatusAndEvents) {
   EXPECT_THAT(Ctl({"status"}).out, HasSubstr("assistant-llm  primary  argus-llm"));
 }
 
+// status --watch into a pipe: each view in turn under a dated line, no
+// terminal escape codes, and a new view every second without any change (so
+// the ages tick). The reading end closes the pipe at the third view (a shell
+// loop: it reads line by line, where awk would wait for a full buffer);
+// `timeout` is only the deadline.
+TEST_F(FailoverctlTest, StatusWatchIntoAPipeWritesViewsInTurnWithoutEscapes) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  const std::string command = "timeout 30 " + FailoverctlBinary() + " --server " + proc_->address() +
+                              " status --watch | { n=0; while IFS= read -r line; do case $line in '--- '*) n=$((n+1)); "
+                              "[ $n = 3 ] && exit;; esac; printf '%s\\n' \"$line\"; done; }";
+  const CommandResult watched = RunCommand({"/bin/bash", "-c", command});
+  EXPECT_EQ(watched.out.find("\033"), std::string::npos) << "escape codes in a pipe";
+  size_t views = 0;
+  for (size_t at = watched.out.find("--- "); at != std::string::npos; at = watched.out.find("\n--- ", at + 1)) ++views;
+  EXPECT_EQ(views, 2u) << watched.out;
+  EXPECT_THAT(watched.out, HasSubstr("assistant-llm"));
+}
+
 TEST_F(FailoverctlTest, WatchReceivesASwitch) {
   ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
   const std::string after = std::to_string(Events().back().sequence());

@@ -4,6 +4,7 @@
 // (its message on stderr), 2 usage error, 3 failoverd cannot be reached.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -104,9 +105,17 @@ std::string Lower(const std::string& enum_name, const std::string& prefix) {
 std::string Health(v1::HealthState h) { return Lower(v1::HealthState_Name(h), "HEALTH_STATE_"); }
 std::string State(v1::ChainState s) { return Lower(v1::ChainState_Name(s), "CHAIN_STATE_"); }
 
-// One line per event, as in failoverd's log.
+// When an event happened, in full, in this machine's time zone.
+std::string EventTime(const v1::Event& e) {
+  if (!e.has_time()) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S %Z",
+                          absl::FromUnixSeconds(e.time().seconds()) + absl::Nanoseconds(e.time().nanos()),
+                          absl::LocalTimeZone());
+}
+
+// One line per event, as in failoverd's log: its sequence and time first.
 std::string DescribeWhat(const v1::Event& e, int64_t snapshot_chains, int64_t snapshot_targets) {
-  const std::string head = absl::StrCat(e.sequence(), "  ");
+  const std::string head = absl::StrCat(e.sequence(), "  ", EventTime(e), "  ");
   if (e.has_chain_switched()) {
     const auto& s = e.chain_switched();
     return absl::StrCat(head, "chain ", s.chain(), ": ", s.from_target().empty() ? "(none)" : s.from_target(),
@@ -409,21 +418,63 @@ int Status(Ctl& ctl, bool watch) {
   }
 }
 
-int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, const std::vector<std::string>& targets) {
+// --kind values: chain, target, config.
+bool KindsFromFlags(const std::vector<std::string>& names, std::vector<v1::EventKind>* kinds) {
+  for (const std::string& name : names) {
+    if (name == "chain") {
+      kinds->push_back(v1::EVENT_KIND_CHAIN_SWITCHED);
+    } else if (name == "target") {
+      kinds->push_back(v1::EVENT_KIND_TARGET_STATE);
+    } else if (name == "config") {
+      kinds->push_back(v1::EVENT_KIND_CONFIG_CHANGED);
+    } else {
+      Usage(absl::StrCat("--kind: expected chain, target or config, got \"", name, "\""));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsKind(const v1::Event& e, const std::vector<v1::EventKind>& kinds) {
+  if (kinds.empty() || e.has_snapshot()) return true;
+  const v1::EventKind kind = e.has_chain_switched() ? v1::EVENT_KIND_CHAIN_SWITCHED
+                             : e.has_target_state() ? v1::EVENT_KIND_TARGET_STATE
+                                                    : v1::EVENT_KIND_CONFIG_CHANGED;
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
+           const std::string& since, const std::vector<std::string>& kind_names) {
   v1::ListEventsRequest req;
   req.set_limit(limit);
   for (const auto& c : chains) req.add_chains(c);
   for (const auto& t : targets) req.add_targets(t);
+  std::vector<v1::EventKind> kinds;
+  if (!KindsFromFlags(kind_names, &kinds)) return kExitUsage;
+  for (v1::EventKind k : kinds) req.add_kinds(k);
+  if (!since.empty()) {
+    absl::Duration back;
+    if (!absl::ParseDuration(since, &back) || back <= absl::ZeroDuration()) {
+      return Usage(absl::StrCat("--since: expected a duration such as 30m or 2h, got \"", since, "\""));
+    }
+    const absl::Time from = absl::Now() - back;
+    req.mutable_since()->set_seconds(absl::ToUnixSeconds(from));
+  }
   v1::ListEventsResponse resp;
   const grpc::Status s = ctl.admin->ListEvents(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);
   if (ctl.PrintStructured(resp)) return kExitOk;
-  for (const auto& e : resp.events()) std::cout << DescribeEvent(e) << "\n";
+  const absl::Time now = absl::Now();
+  for (const auto& e : resp.events()) {
+    std::cout << DescribeEvent(e) << "  (" << failover::client::Ago(e.time(), now) << ")\n";
+  }
   return kExitOk;
 }
 
 int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
-          int64_t max_events, int64_t after) {
+          int64_t max_events, int64_t after, const std::vector<std::string>& kind_names) {
+  std::vector<v1::EventKind> kinds;
+  if (!KindsFromFlags(kind_names, &kinds)) return kExitUsage;
   v1::WatchEventsRequest req;
   for (const auto& c : chains) req.add_chains(c);
   for (const auto& t : targets) req.add_targets(t);
@@ -444,6 +495,10 @@ int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<st
       ever_connected = true;
       backoff = 0.2;
       const bool partial = e.has_snapshot() && e.snapshot().more();
+      if (!IsKind(e, kinds)) {
+        if (e.sequence() > 0) req.set_after_sequence(e.sequence());
+        continue;
+      }
       if (ctl.output == "json") {
         std::cout << failover::client::ToJson(e, false) << std::endl;
       } else if (e.has_snapshot()) {
@@ -657,6 +712,10 @@ int main(int argc, char** argv) {
   events->add_option("--limit", limit, "How many")->capture_default_str();
   events->add_option("--chain", chains, "Only this chain (and its targets); repeatable");
   events->add_option("--target", targets, "Only this target; repeatable");
+  std::string since;
+  std::vector<std::string> kinds;
+  events->add_option("--since", since, "Only events this recent: a duration such as 30m or 2h");
+  events->add_option("--kind", kinds, "Only this kind: chain (switches), target (health), config; repeatable");
 
   int64_t max_events = 0;
   int64_t after = -1;
@@ -666,6 +725,7 @@ int main(int argc, char** argv) {
   watch->add_option("--target", targets, "Only this target; repeatable");
   watch->add_option("--max-events", max_events, "Exit after this many events (0 = never)");
   watch->add_option("--after", after, "Start after this sequence (replay) instead of a snapshot");
+  watch->add_option("--kind", kinds, "Only this kind: chain (switches), target (health), config; repeatable");
 
   bool status_watch = false;
   CLI::App* status = app.add_subcommand("status", "Every chain and target at a glance")
@@ -744,8 +804,8 @@ int main(int argc, char** argv) {
   if (*probe_agent) return failover::client::RunProbeAgent(ctl.decide.get(), ctl.conn, agent);
   if (*get) return Get(ctl, what, name);
   if (*status) return Status(ctl, status_watch);
-  if (*events) return Events(ctl, limit, chains, targets);
-  if (*watch) return Watch(ctl, chains, targets, max_events, after);
+  if (*events) return Events(ctl, limit, chains, targets, since, kinds);
+  if (*watch) return Watch(ctl, chains, targets, max_events, after, kinds);
   if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
   if (*report) {
     if (!rf.success && rf.http_status == 0 && rf.grpc_code == 0 && rf.transport.empty() && rf.message.empty() &&

@@ -2,6 +2,8 @@
 // the events it returns, convert back. Decisions live in the engine.
 #include "server/api/admin_service.h"
 
+#include <set>
+
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
@@ -301,8 +303,21 @@ absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEvents
       for (const std::string& t : entry->config.targets) targets.insert(t);
     }
   }
+  std::set<EventKind> kinds;
+  for (int i = 0; i < req.kinds_size(); ++i) {
+    switch (req.kinds(i)) {
+      case failover::v1::EVENT_KIND_CHAIN_SWITCHED: kinds.insert(EventKind::kChainSwitched); break;
+      case failover::v1::EVENT_KIND_TARGET_STATE: kinds.insert(EventKind::kTargetState); break;
+      case failover::v1::EVENT_KIND_CONFIG_CHANGED: kinds.insert(EventKind::kConfigChanged); break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "kinds[", i, "]: set CHAIN_SWITCHED, TARGET_STATE or CONFIG_CHANGED, got ", req.kinds(i)));
+    }
+  }
+  const absl::Time since = req.has_since() ? TimeFromProto(req.since()) : absl::InfinitePast();
   const bool all = chains.empty() && targets.empty();
   auto match = [&](const failover::Event& e) {
+    if (e.time < since || (!kinds.empty() && kinds.count(e.kind) == 0)) return false;
     if (all) return true;
     switch (e.kind) {
       case EventKind::kChainSwitched: return chains.contains(e.chain);

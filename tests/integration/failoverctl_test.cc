@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "failover/v1/admin.pb.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -157,6 +159,36 @@ TEST_F(FailoverctlTest, WatchReceivesASwitch) {
   EXPECT_THAT(watched.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local (trip"));
   CommandResult json = Ctl({"-o", "json", "watch", "--after", after, "--max-events", "1"});
   EXPECT_THAT(json.out, HasSubstr("\"target_state\""));
+}
+
+// Events say when, in full (date, time, zone) and how long ago, and can be
+// narrowed to a kind and to the recent past; watch narrows to a kind too.
+TEST_F(FailoverctlTest, EventsShowTheirTimeAndFilterByKindAndAge) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  const std::string after = std::to_string(Events().back().sequence());
+  ASSERT_EQ(Ctl({"report", "--chain", "assistant-llm", "--target", "argus-llm", "--http-status", "500"}).exit_code, 0);
+  const std::string today = absl::FormatTime("%Y-%m-%d", absl::Now(), absl::LocalTimeZone());
+  CommandResult all = Ctl({"events"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, ::testing::ContainsRegex("[0-9]+  " + today + " [0-9]{2}:[0-9]{2}:[0-9]{2} [A-Za-z0-9+-]+  "
+                                                 "chain assistant-llm: argus-llm -> gemma-local"));
+  EXPECT_THAT(all.out, HasSubstr("config: target argus-llm created"));
+  EXPECT_THAT(all.out, ::testing::ContainsRegex("\\((now|[0-9.]+m?s ago)\\)\n"));
+  CommandResult chains = Ctl({"events", "--kind", "chain"});
+  EXPECT_THAT(chains.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local"));
+  EXPECT_THAT(chains.out, Not(HasSubstr("config:")));
+  EXPECT_THAT(chains.out, Not(HasSubstr("target argus-llm:")));
+  CommandResult recent = Ctl({"events", "--since", "1h", "--kind", "target", "--kind", "config"});
+  EXPECT_THAT(recent.out, HasSubstr("target argus-llm: unknown -> down"));
+  EXPECT_THAT(recent.out, HasSubstr("config: target argus-llm created"));
+  EXPECT_THAT(recent.out, Not(HasSubstr("chain assistant-llm:")));
+  CommandResult bad = Ctl({"events", "--kind", "chains"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--kind: expected chain, target or config, got \"chains\""));
+  EXPECT_EQ(Ctl({"events", "--since", "soon"}).exit_code, 2);
+  CommandResult watched = Ctl({"watch", "--after", after, "--kind", "chain", "--max-events", "1"});
+  EXPECT_THAT(watched.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local"));
+  EXPECT_THAT(watched.out, Not(HasSubstr("target argus-llm:")));
 }
 
 TEST_F(FailoverctlTest, PickAndReportForDebugging) {

@@ -197,6 +197,7 @@ absl::Status Daemon::Start() {
     const absl::Status saved = settled.Await();
     if (!saved.ok()) return Refuse("cannot save the restored state", saved);
   }
+  metrics_->AddChains(*engine_->snapshot());
   log::Info("state restored", {{"data_dir", flags_.data_dir},
                                {"instance", store_->instance_id()},
                                {"targets", restored->targets.size()},
@@ -212,7 +213,8 @@ absl::Status Daemon::Start() {
       log_applies_ = applies;
       UpdateServingLocked();
     });
-    replica_->Prepare(restored_index, committer_.get(), changes_.get(), registry_.get(), absl::Seconds(5));
+    replica_->Prepare(restored_index, committer_.get(), changes_.get(), absl::Seconds(5));
+    replica_metrics_ = std::make_shared<cluster::ReplicaCollector>(replica_.get());
   }
 
   if (!flags_.config.empty()) {
@@ -240,6 +242,7 @@ absl::Status Daemon::Start() {
       exposer_->RegisterCollectable(registry_);
       exposer_->RegisterCollectable(state_gauges_);
       exposer_->RegisterCollectable(process_metrics_);
+      if (replica_metrics_) exposer_->RegisterCollectable(replica_metrics_);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", flags_.metrics_listen, ": ", e.what()));
     }

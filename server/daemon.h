@@ -21,6 +21,7 @@ class Registry;
 
 namespace failover::cluster {
 class Replica;
+class ReplicaCollector;
 }  // namespace failover::cluster
 
 namespace failover {
@@ -80,6 +81,7 @@ class Daemon {
   std::unique_ptr<api::ChangeFeed> changes_;  // FollowState
   std::unique_ptr<Committer> committer_;
   std::unique_ptr<cluster::Replica> replica_;  // cluster mode (--etcd-endpoints)
+  std::shared_ptr<cluster::ReplicaCollector> replica_metrics_;
   std::unique_ptr<ConfigReloader> reloader_;
   std::unique_ptr<Ticker> ticker_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -257,21 +257,42 @@ void Metrics::OnEvents(const Events& events) {
         // Only real changes of target: a state-only change (FALLBACK to
         // DEGRADED on the same target, a pin of the active one) is not a switch.
         if (e.switch_reason == SwitchReason::kInitial || e.from_target == e.to_target) break;
-        prometheus::Counter& c = switches_.Add({{"chain", e.chain},
-                                                {"from", e.from_target},
-                                                {"to", e.to_target},
-                                                {"reason", SwitchReasonName(e.switch_reason)}});
-        c.Increment();
-        auto& list = counters_of_[e.chain];
-        if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
+        ChainCounterLocked(switches_, e.chain,
+                           {{"chain", e.chain},
+                            {"from", e.from_target},
+                            {"to", e.to_target},
+                            {"reason", SwitchReasonName(e.switch_reason)}})
+            .Increment();
         break;
       }
       case EventKind::kTargetState: break;  // StateCollector reads states at scrape time
       case EventKind::kConfigChanged:
         if (e.change == ConfigChangeKind::kDeleted) Forget(e.object_name);
+        if (e.change == ConfigChangeKind::kCreated && e.what == ConfigObject::kChain) AddChainLocked(e.object_name);
         break;
     }
   }
+}
+
+void Metrics::AddChains(const Snapshot& snapshot) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  for (const ChainEntry& c : snapshot.chains) AddChainLocked(c.config.name);
+}
+
+// Present from the chain's creation, at 0: rate() and increase() count the
+// first decision or refusal, and a panel shows 0 rather than "no data".
+void Metrics::AddChainLocked(const std::string& chain) {
+  decision_ok_[chain] = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", "ok"}});
+  decision_error_[chain] = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", "error"}});
+  ChainCounterLocked(budget_refusals_, chain, {{"chain", chain}});
+}
+
+prometheus::Counter& Metrics::ChainCounterLocked(prometheus::Family<prometheus::Counter>& family,
+                                                 const std::string& chain, const prometheus::Labels& labels) {
+  prometheus::Counter& c = family.Add(labels);  // the existing one when the labels are taken
+  auto& list = counters_of_[chain];
+  if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
+  return c;
 }
 
 void Metrics::OnConfigReload(bool accepted) {
@@ -314,10 +335,7 @@ void Metrics::OnRpc(const std::string& method, int code, absl::Duration latency)
 
 void Metrics::OnRetryBudgetRefusal(const std::string& chain) {
   std::unique_lock<std::shared_mutex> lock(mu_);
-  prometheus::Counter& c = budget_refusals_.Add({{"chain", chain}});
-  auto& list = counters_of_[chain];
-  if (std::find(list.begin(), list.end(), &c) == list.end()) list.push_back(&c);
-  c.Increment();
+  ChainCounterLocked(budget_refusals_, chain, {{"chain", chain}}).Increment();
 }
 
 void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency) {
@@ -339,12 +357,9 @@ void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Durati
     return;
   }
   auto& cache = ok ? decision_ok_ : decision_error_;
-  auto [it, inserted] = cache.emplace(chain, nullptr);
-  if (inserted) {
-    it->second = &decisions_.Add({{"chain", chain}, {"result", ok ? "ok" : "error"}});
-    counters_of_[chain].push_back(it->second);
-  }
-  it->second->Increment();
+  prometheus::Counter*& c = cache[chain];
+  if (c == nullptr) c = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", ok ? "ok" : "error"}});
+  c->Increment();
 }
 
 void Metrics::OnOutcome(const std::string& target, const ReportResult& result, absl::Duration latency) {

@@ -48,8 +48,11 @@ class Metrics {
  public:
   explicit Metrics(prometheus::Registry& registry);
 
-  // Follows switches and deletions.
+  // Follows switches, creations and deletions.
   void OnEvents(const Events& events);
+  // The chains failoverd starts with (restored or from the config files),
+  // whose creation it saw no event of.
+  void AddChains(const Snapshot& snapshot);
   // `known`: the chain exists (unknown names share one label).
   void OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency);
   // A report's verdict, its target's outcome and, for a success, its latency.
@@ -70,6 +73,10 @@ class Metrics {
 
  private:
   void Forget(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chain's decision and retry-budget counters, at 0 until used.
+  void AddChainLocked(const std::string& chain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  prometheus::Counter& ChainCounterLocked(prometheus::Family<prometheus::Counter>& family, const std::string& chain,
+                                          const prometheus::Labels& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Counter>& switches_;
   prometheus::Family<prometheus::Counter>& budget_refusals_;

@@ -182,43 +182,11 @@ void Replica::OnWrites(const absl::Status& status) {
 // --- start and stop ---
 
 void Replica::Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed,
-                      prometheus::Registry* registry, absl::Duration catch_up) {
+                      absl::Duration catch_up) {
   committer_ = committer;
   feed_ = feed;
   last_index_ = restored_index;
   etcd_index_ = restored_index;
-  if (registry != nullptr) {
-    leader_gauge_ = &prometheus::BuildGauge()
-                         .Name("failover_cluster_leader")
-                         .Help("1 while this replica is the cluster's leader.")
-                         .Register(*registry)
-                         .Add({});
-    lag_gauge_ = &prometheus::BuildGauge()
-                      .Name("failover_cluster_lag_entries")
-                      .Help("Change log entries in etcd this replica has not applied yet.")
-                      .Register(*registry)
-                      .Add({});
-    applied_gauge_ = &prometheus::BuildGauge()
-                          .Name("failover_cluster_applied_index")
-                          .Help("The last Change log entry this replica applied.")
-                          .Register(*registry)
-                          .Add({});
-    etcd_errors_ = &prometheus::BuildCounter()
-                        .Name("failover_cluster_etcd_errors_total")
-                        .Help("etcd calls that failed (each endpoint tried counts).")
-                        .Register(*registry)
-                        .Add({});
-    leader_changes_counter_ = &prometheus::BuildCounter()
-                                   .Name("failover_cluster_leader_changes_total")
-                                   .Help("Times this replica became or stopped being the leader.")
-                                   .Register(*registry)
-                                   .Add({});
-    relay_dropped_counter_ = &prometheus::BuildCounter()
-                                  .Name("failover_cluster_relay_dropped_total")
-                                  .Help("Outcomes not passed on to the leader because too many were waiting.")
-                                  .Register(*registry)
-                                  .Add({});
-  }
   // Catch up before serving, so a replica that was away starts from what the
   // cluster decided meanwhile; without etcd it serves its own copy.
   const absl::Time give_up = absl::Now() + catch_up;
@@ -588,7 +556,6 @@ void Replica::RunSession() {
       absl::StatusOr<int64_t> granted = etcd_->Grant(options_.lease);
       if (!granted.ok()) {
         NoteEtcd(granted.status());
-        UpdateMetrics();
         if (!SleepFor(absl::Milliseconds(250))) break;
         continue;
       }
@@ -660,7 +627,6 @@ void Replica::RunSession() {
       }
     }
     Compact();
-    UpdateMetrics();
   }
 }
 
@@ -954,26 +920,38 @@ void Replica::Describe(failover::v1::ClusterStatus* out) const {
   out->set_log_error(SanitizeUtf8(log_error_, 1024));
 }
 
-void Replica::UpdateMetrics() {
-  if (leader_gauge_ == nullptr) return;
-  leader_gauge_->Set(IsLeader() ? 1 : 0);
+std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {
+  std::vector<prometheus::MetricFamily> out;
+  auto add = [&](const char* name, const char* help, prometheus::MetricType type, double value) {
+    prometheus::MetricFamily& family = out.emplace_back();
+    family.name = name;
+    family.help = help;
+    family.type = type;
+    prometheus::ClientMetric& metric = family.metric.emplace_back();
+    (type == prometheus::MetricType::Counter ? metric.counter.value : metric.gauge.value) = value;
+  };
   const uint64_t seen = seen_index_.load();
   const uint64_t applied = last_index_.load();
-  lag_gauge_->Set(static_cast<double>(seen > applied ? seen - applied : 0));
-  applied_gauge_->Set(static_cast<double>(applied));
-  const uint64_t errors = etcd_->errors();
-  etcd_errors_->Increment(static_cast<double>(errors - errors_counted_));
-  errors_counted_ = errors;
-  const uint64_t changes = leader_changes_.load();
-  leader_changes_counter_->Increment(static_cast<double>(changes - leader_changes_counted_));
-  leader_changes_counted_ = changes;
   uint64_t dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     dropped = relay_dropped_;
   }
-  relay_dropped_counter_->Increment(static_cast<double>(dropped - relay_dropped_counted_));
-  relay_dropped_counted_ = dropped;
+  using prometheus::MetricType;
+  add("failover_cluster_leader", "1 while this replica is the cluster's leader.", MetricType::Gauge,
+      IsLeader() ? 1 : 0);
+  add("failover_cluster_lag_entries", "Change log entries in etcd this replica has not applied yet.",
+      MetricType::Gauge, static_cast<double>(seen > applied ? seen - applied : 0));
+  add("failover_cluster_applied_index", "The last Change log entry this replica applied.", MetricType::Gauge,
+      static_cast<double>(applied));
+  add("failover_cluster_etcd_errors_total", "etcd calls that failed (each endpoint tried counts).",
+      MetricType::Counter, static_cast<double>(etcd_->errors()));
+  add("failover_cluster_leader_changes_total", "Times this replica became or stopped being the leader.",
+      MetricType::Counter, static_cast<double>(leader_changes_.load()));
+  add("failover_cluster_relay_dropped_total",
+      "Outcomes not passed on to the leader because too many were waiting.", MetricType::Counter,
+      static_cast<double>(dropped));
+  return out;
 }
 
 bool Replica::WaitApplied(uint64_t index, absl::Duration timeout) {

@@ -39,9 +39,7 @@
 #include "absl/time/time.h"
 #include "common/change.h"
 #include "common/clock.h"
-#include "prometheus/counter.h"
-#include "prometheus/gauge.h"
-#include "prometheus/registry.h"
+#include "prometheus/collectable.h"
 #include "server/api/change_feed.h"
 #include "server/api/leader_link.h"
 #include "server/cluster/etcd_client.h"
@@ -90,8 +88,7 @@ class Replica final : public api::LeaderLink {
   void SetLogHealthHook(std::function<void(bool applies)> hook) { on_log_health_ = std::move(hook); }
   // Applies the log from `restored_index` (what the data dir holds) as far as
   // etcd has it, waiting up to `catch_up` for etcd: before serving.
-  void Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed, prometheus::Registry* registry,
-               absl::Duration catch_up);
+  void Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed, absl::Duration catch_up);
   // Once serving: keeps following the log and campaigns for leadership in
   // the background. `advertise`: how the other replicas reach this one
   // (host:port). `peer_token`: what relayed outcomes carry (a decide token
@@ -112,6 +109,10 @@ class Replica final : public api::LeaderLink {
 
   // Waits until this replica has applied log entry `index` (tests, start).
   bool WaitApplied(uint64_t index, absl::Duration timeout);
+
+  // The failover_cluster_* series, read when Prometheus scrapes (so a scrape
+  // right after an election already shows the new leader).
+  std::vector<prometheus::MetricFamily> CollectMetrics() const;
 
  private:
   void RunLog();      // applies the log: a range to catch up, then a watch
@@ -142,7 +143,6 @@ class Replica final : public api::LeaderLink {
   void SetLeaderAddress(std::string address);
   std::shared_ptr<grpc::Channel> LeaderChannel(std::string* address) const;
   bool SleepFor(absl::Duration d);  // false: stopping
-  void UpdateMetrics();
 
   const ReplicaOptions options_;
   const Keys keys_;
@@ -202,19 +202,21 @@ class Replica final : public api::LeaderLink {
   size_t relay_batch_ = 0;  // reports per call: halved when a call runs out of time, grown back after
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 
-  prometheus::Gauge* leader_gauge_ = nullptr;
-  prometheus::Gauge* lag_gauge_ = nullptr;
-  prometheus::Gauge* applied_gauge_ = nullptr;
-  prometheus::Counter* etcd_errors_ = nullptr;
-  prometheus::Counter* leader_changes_counter_ = nullptr;
-  prometheus::Counter* relay_dropped_counter_ = nullptr;
-  uint64_t errors_counted_ = 0;
-  uint64_t leader_changes_counted_ = 0;
-  uint64_t relay_dropped_counted_ = 0;
 
   std::thread log_thread_;
   std::thread session_thread_;
   std::thread relay_thread_;
+};
+
+// Hands a replica's CollectMetrics to the metrics exposer (which keeps only a
+// weak pointer: the daemon owns this and outlives the exposer).
+class ReplicaCollector final : public prometheus::Collectable {
+ public:
+  explicit ReplicaCollector(const Replica* replica) : replica_(replica) {}
+  std::vector<prometheus::MetricFamily> Collect() const override { return replica_->CollectMetrics(); }
+
+ private:
+  const Replica* replica_;
 };
 
 }  // namespace failover::cluster

@@ -323,6 +323,41 @@ TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
   for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Active(i) == "b"; })) << "replica " << i;
 }
 
+// What the chart's alerts and dashboard read (helm/failoverd): every replica
+// exports the same chain state and counts the same switch, which is why they
+// take those once with max by; exactly one says it leads.
+TEST_F(ClusterTest, EveryReplicaExportsTheSeriesTheAlertsRead) {
+  for (int i = 0; i < kReplicas; ++i) {
+    proc(i).Stop(SIGTERM);
+    StartReplica(i, {"--metrics-listen", "127.0.0.1:0"});
+  }
+  leader_ = AwaitLeader();
+  ASSERT_GE(leader_, 0);
+  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  const int follower = Follower();
+  ASSERT_TRUE(Within(5, [&] { return Active(follower) == "a"; }));
+  Fail(follower, "a");
+  // A scrape's value for a series named exactly (labels in name order), or -1.
+  auto value = [&](int i, const std::string& series) {
+    const std::string scrape = HttpGet(proc(i).MetricsPort(), "/metrics");
+    const size_t at = scrape.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(scrape.substr(at + series.size() + 2));
+  };
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(5, [&] {
+      return value(i, R"(failover_chain_state{chain="ch",state="fallback"})") == 1 &&
+             value(i, R"(failover_switches_total{chain="ch",from="a",reason="trip",to="b"})") == 1;
+    })) << "replica " << i;
+    EXPECT_EQ(value(i, "failover_cluster_leader"), i == leader_ ? 1 : 0) << "replica " << i;
+    EXPECT_TRUE(Within(5, [&] { return value(i, "failover_cluster_lag_entries") == 0; })) << "replica " << i;
+    EXPECT_GE(value(i, "failover_cluster_applied_index"), 2) << "replica " << i;
+    for (const char* counter : {"failover_cluster_etcd_errors_total", "failover_cluster_leader_changes_total",
+                                "failover_cluster_relay_dropped_total"}) {
+      EXPECT_GE(value(i, counter), 0) << "replica " << i << " does not export " << counter;
+    }
+  }
+}
+
 TEST_F(ClusterTest, FailuresSpreadOverReplicasTripAtTheThreshold) {
   ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(3)).ok());
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));

@@ -311,5 +311,30 @@ TEST(ReportCountTest, UpstreamLatencyBucketsReachTenMinutes) {
   EXPECT_THAT(metrics, ::testing::HasSubstr("failover_upstream_latency_seconds_bucket{target=\"b\",le=\"600\"} 1\n"));
 }
 
+// A chain's decision and retry-budget counters exist at 0 from its creation
+// and after a restart, so rate() sees the first one and an alert on refusals
+// has a series to compare before the first refusal.
+TEST(ReportCountTest, AChainsCountersExistAtZeroBeforeTheirFirstUse) {
+  TempDir data;
+  const FailoverdProcess::Options options{data.path(), {"--metrics-listen", "127.0.0.1:0"}};
+  const std::vector<std::string> at_zero = {R"(failover_decisions_total{chain="ch",result="ok"} 0)",
+                                            R"(failover_decisions_total{chain="ch",result="error"} 0)",
+                                            R"(failover_retry_budget_refusals_total{chain="ch"} 0)"};
+  {
+    FailoverdProcess proc(options);
+    std::string error;
+    ASSERT_TRUE(proc.Start(&error)) << error;
+    ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+    const std::string metrics = HttpGet(proc.MetricsPort(), "/metrics");
+    for (const std::string& series : at_zero) EXPECT_THAT(metrics, ::testing::HasSubstr(series + "\n"));
+    proc.Stop(SIGTERM);
+  }
+  FailoverdProcess restarted(options);
+  std::string error;
+  ASSERT_TRUE(restarted.Start(&error)) << error;
+  const std::string metrics = HttpGet(restarted.MetricsPort(), "/metrics");
+  for (const std::string& series : at_zero) EXPECT_THAT(metrics, ::testing::HasSubstr(series + "\n"));
+}
+
 }  // namespace
 }  // namespace failover::testing

@@ -26,8 +26,11 @@ if [ ! -d "$validator/node_modules/kubernetes-models" ]; then
 fi
 cp "$root/tests/helm/validate.mjs" "$validator/"
 work=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"; }
+pid=""; etcd_pid=""; replica_pid=""
+cleanup() {
+  for p in $pid $etcd_pid $replica_pid; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 # A cluster with the Prometheus Operator's CRDs.
@@ -121,6 +124,27 @@ node -e '
 ' "$validator" "$work/rule.yaml" "$work/rules.yaml"
 "$promtool" check rules "$work/rules.yaml"
 
+echo "== with three replicas the alerts and the dashboard count each chain once (promtool test rules)"
+# Every dashboard query becomes a recording rule, as Grafana would send it with
+# namespace "default" chosen and every replica and chain.
+node -e '
+  const yaml = require(process.argv[1] + "/node_modules/js-yaml");
+  const fs = require("fs");
+  const board = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
+  const rules = [];
+  for (const panel of board.panels) {
+    for (const t of panel.targets || []) {
+      const expr = t.expr.replaceAll("$namespace", "default").replaceAll("$instance", ".*")
+        .replaceAll("$chain", ".*").replaceAll("$__rate_interval", "5m");
+      rules.push({record: `dashboard_panel_${panel.id}_${t.refId}`, expr});
+    }
+  }
+  fs.writeFileSync(process.argv[3], yaml.dump({groups: [{name: "dashboard", rules}]}));
+' "$validator" "$chart/dashboards/failoverd.json" "$work/dashboard_rules.yaml"
+"$promtool" check rules "$work/dashboard_rules.yaml"
+cp "$root/tests/helm/rules_test.yaml" "$work/"
+"$promtool" test rules "$work/rules_test.yaml"
+
 echo "== http.enabled renders the port, the flag and the Service port"
 "$helm" template demo "$chart" -f "$chart/ci/http-values.yaml" > "$work/http.yaml"
 grep -q -- "--http-listen=0.0.0.0:8080" "$work/http.yaml" || { echo "no --http-listen"; exit 1; }
@@ -198,6 +222,27 @@ metrics_port="$(grep -o 'metrics_port=[0-9]*' "$work/failoverd.log" | cut -d= -f
 curl -s "http://127.0.0.1:$metrics_port/metrics" > "$work/scrape.txt"
 "$promtool" check metrics < "$work/scrape.txt"
 grep -o '^# TYPE [a-z_]*' "$work/scrape.txt" | awk '{print $3}' | sort -u > "$work/exposed"
+# The failover_cluster_* series exist in cluster mode: scrape a replica on a
+# one-member etcd too.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+etcd_client="$(free_port)"; etcd_peer="$(free_port)"
+/usr/bin/etcd --name solo --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$etcd_client" \
+  --advertise-client-urls "http://127.0.0.1:$etcd_client" --listen-peer-urls "http://127.0.0.1:$etcd_peer" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" --initial-cluster "solo=http://127.0.0.1:$etcd_peer" \
+  > "$work/etcd.log" 2>&1 &
+etcd_pid=$!
+"$failoverd" --listen 127.0.0.1:0 --port-file "$work/replica-port" --data-dir "$work/replica" \
+  --metrics-listen 127.0.0.1:0 --etcd-endpoints "127.0.0.1:$etcd_client" --advertise-address 127.0.0.1:1 \
+  2> "$work/replica.log" &
+replica_pid=$!
+for _ in $(seq 1 200); do [ -s "$work/replica-port" ] && break; sleep 0.05; done
+[ -s "$work/replica-port" ] || { cat "$work/replica.log" "$work/etcd.log"; exit 1; }
+replica_metrics="$(grep -o 'metrics_port=[0-9]*' "$work/replica.log" | cut -d= -f2)"
+curl -s "http://127.0.0.1:$replica_metrics/metrics" > "$work/replica-scrape.txt"
+kill "$replica_pid" "$etcd_pid"; wait "$replica_pid" "$etcd_pid" 2>/dev/null || true
+"$promtool" check metrics < "$work/replica-scrape.txt"
+grep -o '^# TYPE failover_cluster_[a-z_]*' "$work/replica-scrape.txt" | awk '{print $3}' >> "$work/exposed"
+sort -u -o "$work/exposed" "$work/exposed"
 grep -oh '\b\(failover\|process\)_[a-z_]*' "$chart/dashboards/failoverd.json" "$work/rules.yaml" |
   sed 's/_\(bucket\|count\|sum\)$//' | sort -u > "$work/named"
 missing="$(comm -23 "$work/named" "$work/exposed")"

@@ -54,6 +54,42 @@ std::string EventLog::Describe(const Event& e) {
   return "event";
 }
 
+log::Fields EventLog::JsonFields(const Event& e) {
+  // The Event message's field names (snake_case, as the rest of the log), its
+  // oneof's name as "event", and enum values in the short form the text uses.
+  log::Fields f = {{"seq", e.sequence}};
+  switch (e.kind) {
+    case EventKind::kChainSwitched:
+      f.insert(f.end(), {{"event", "chain_switched"},
+                         {"chain", e.chain},
+                         {"from_target", e.from_target},
+                         {"to_target", e.to_target},
+                         {"from_state", ChainStateName(e.from_chain_state)},
+                         {"to_state", ChainStateName(e.to_chain_state)},
+                         {"reason", SwitchReasonName(e.switch_reason)}});
+      if (!e.detail.empty()) f.emplace_back("detail", e.detail);
+      break;
+    case EventKind::kTargetState:
+      f.insert(f.end(), {{"event", "target_state"},
+                         {"target", e.target},
+                         {"from_state", HealthStateName(e.from_health)},
+                         {"to_state", HealthStateName(e.to_health)},
+                         {"source", SourceName(e.source)}});
+      if (!e.reason.empty()) f.emplace_back("reason", e.reason);
+      if (!e.last_error.empty()) f.emplace_back("last_error", e.last_error);
+      break;
+    case EventKind::kConfigChanged:
+      f.insert(f.end(), {{"event", "config_changed"},
+                         {"what", ObjectName(e.what)},
+                         {"name", e.object_name},
+                         {"change", ChangeName(e.change)},
+                         {"generation", e.generation}});
+      break;
+  }
+  if (!e.actor.empty()) f.emplace_back("actor", e.actor);
+  return f;
+}
+
 void EventLog::Preload(Events events) {
   std::lock_guard<std::mutex> lock(mu_);
   for (Event& e : events) {
@@ -69,7 +105,9 @@ void EventLog::Publish(const Events& events) {
   for (const Event& e : events) {
     last_sequence_ = e.sequence;
     if (logged) {
-      if (e.actor.empty()) {
+      if (log::JsonLines()) {
+        log::Info(Describe(e), JsonFields(e));
+      } else if (e.actor.empty()) {
         log::Info(Describe(e), {{"seq", e.sequence}});
       } else {
         log::Info(Describe(e), {{"seq", e.sequence}, {"by", e.actor}});

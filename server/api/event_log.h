@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "common/model.h"
+#include "server/log/log.h"
 
 namespace failover::api {
 
@@ -65,6 +66,8 @@ class EventLog {
 
   // One human-readable line for an event, as written to the log.
   static std::string Describe(const Event& e);
+  // The fields a JSON log line carries beside that line.
+  static log::Fields JsonFields(const Event& e);
 
  private:
   const size_t keep_recent_;

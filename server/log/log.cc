@@ -45,6 +45,8 @@ void Configure(Level min_level, bool json) {
 
 bool Enabled(Level level) { return static_cast<int>(level) >= g_min_level.load(); }
 
+bool JsonLines() { return g_json.load(); }
+
 void Write(Level level, absl::string_view message, const Fields& fields) {
   if (!Enabled(level)) return;
   const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());

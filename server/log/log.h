@@ -20,6 +20,9 @@ bool ParseLevel(absl::string_view text, Level* out);
 
 void Configure(Level min_level, bool json);
 bool Enabled(Level level);
+// True when records are JSON lines (callers may then give more fields, for
+// machines, than a text line would carry).
+bool JsonLines();
 
 // One key=value of a record. Integers stay numbers in JSON lines.
 struct Field {

@@ -398,8 +398,17 @@ TEST_F(WatchTest, JsonLogLinesNameTheSwitch) {
   // The log follows the write, a moment after the report is answered.
   const std::string line = "\"msg\":\"chain one: a -> b (trip: a 500 \\\"boom\\\") state primary -> fallback\"";
   EXPECT_TRUE(Eventually([&] { return proc_->Stderr().find(line) != std::string::npos; })) << proc_->Stderr();
+  // Beside the prose, the event's fields, for log queries.
+  EXPECT_THAT(proc_->Stderr(),
+              HasSubstr(R"("event":"chain_switched","chain":"one","from_target":"a","to_target":"b",)"
+                        R"("from_state":"primary","to_state":"fallback","reason":"trip","detail":"a 500 \"boom\""})"));
+  EXPECT_THAT(proc_->Stderr(), HasSubstr(R"("event":"target_state","target":"a","from_state":"unknown",)"
+                                         R"("to_state":"down","source":"auto","reason":"500 \"boom\"")"));
+  // Who made an admin change.
+  EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex(R"("event":"config_changed","what":"chain","name":"one",)"
+                                                        R"("change":"created","generation":[0-9]+,"actor":"[^"]+")"));
   // Numbers are JSON numbers, not strings.
-  EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex("\"seq\":[0-9]+}"));
+  EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex("\"seq\":[0-9]+,"));
   EXPECT_THAT(proc_->Stderr(), ::testing::ContainsRegex("\"port\":[0-9]+"));
   EXPECT_THAT(proc_->Stderr(), ::testing::Not(::testing::HasSubstr("\"seq\":\"")));
 }

@@ -235,19 +235,19 @@ grpc::Status AllPages(const Ctl& ctl, Request req, Response* out, Call call) {
 }
 
 // Offline: exit 0 when the files are valid together, 1 (with file:line) when not.
-int Validate(const std::string& path) {
-  const absl::StatusOr<failover::config::CheckSummary> checked = failover::config::CheckConfigPath(path);
+int Validate(const std::vector<std::string>& paths) {
+  const absl::StatusOr<failover::config::CheckSummary> checked = failover::config::CheckConfigPaths(paths);
   if (!checked.ok()) {
     std::fprintf(stderr, "failoverctl: %s\n", std::string(checked.status().message()).c_str());
     return kExitRefused;
   }
-  std::cout << path << ": valid (" << checked->files << " files, " << checked->targets << " targets, "
+  std::cout << absl::StrJoin(paths, ", ") << ": valid (" << checked->files << " files, " << checked->targets << " targets, "
             << checked->chains << " chains)\n";
   return kExitOk;
 }
 
-int Apply(Ctl& ctl, const std::string& path, bool dry_run) {
-  auto loaded = failover::config::LoadConfigPath(path);
+int Apply(Ctl& ctl, const std::vector<std::string>& paths, bool dry_run) {
+  auto loaded = failover::config::LoadConfigPaths(paths);
   if (!loaded.ok()) return Usage(std::string(loaded.status().message()));
   v1::ApplyRequest req;
   req.set_dry_run(dry_run);
@@ -622,6 +622,68 @@ int Report(Ctl& ctl, const ReportFlags& f) {
   return kExitOk;
 }
 
+// Edits (insert, delete, replace one letter) from `a` to `b`.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// When the command line names a command `app` does not have ("gett",
+// "failover trigerr"), a message naming the closest one; "" otherwise (CLI11's
+// own message says what else is wrong). Walks past flags and their values.
+std::string UnknownCommand(CLI::App* app, int argc, char** argv) {
+  std::string path = "failoverctl";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") return "";
+    if (arg.size() > 1 && arg[0] == '-') {
+      const CLI::Option* opt = app->get_option_no_throw(arg.substr(0, arg.find('=')));
+      if (opt != nullptr && arg.find('=') == std::string::npos && opt->get_type_size_max() > 0) ++i;  // its value
+      continue;
+    }
+    std::vector<CLI::App*> commands = app->get_subcommands([](CLI::App*) { return true; });
+    if (commands.empty()) return "";  // a positional argument of the command
+    auto named = std::find_if(commands.begin(), commands.end(), [&](CLI::App* c) { return c->check_name(arg); });
+    if (named != commands.end()) {
+      app = *named;
+      path += " " + arg;
+      continue;
+    }
+    std::string best;
+    size_t best_distance = std::string::npos;
+    for (CLI::App* c : commands) {
+      const size_t d = c->get_name().rfind(arg, 0) == 0 ? 0 : EditDistance(arg, c->get_name());
+      if (d < best_distance) {
+        best = c->get_name();
+        best_distance = d;
+      }
+    }
+    std::string message = absl::StrCat(path, ": unknown command \"", arg, "\"");
+    if (best_distance <= std::max<size_t>(2, arg.size() / 3)) absl::StrAppend(&message, "; did you mean \"", best, "\"?");
+    return absl::StrCat(message, " (", path, " --help lists the commands)");
+  }
+  return "";
+}
+
+// CLI11 shows a command's own flags in its --help; the global ones work there
+// too (before or after the command), so each command's help lists them.
+void ListGlobalFlags(CLI::App* app, const std::string& globals) {
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    sub->footer(absl::StrCat(sub->get_footer(), sub->get_footer().empty() ? "" : "\n\n", globals));
+    ListGlobalFlags(sub, globals);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -648,18 +710,21 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json", "yaml"}))
       ->capture_default_str();
 
-  std::string path;
+  std::vector<std::string> paths;
   bool dry_run = false;
   CLI::App* apply = app.add_subcommand("apply", "Create or replace the targets and chains declared in YAML files")
-                        ->footer("Examples:\n  failoverctl apply -f examples/config/\n  failoverctl apply -f chains.yaml --dry-run");
-  apply->add_option("-f,--file", path, "A YAML file or a directory of *.yaml files")->required();
+                        ->footer("Examples:\n  failoverctl apply -f examples/config/\n  failoverctl apply -f chains.yaml --dry-run\n"
+                                 "  failoverctl apply -f targets.yaml -f chains.yaml");
+  apply->add_option("-f,--file", paths, "A YAML file or a directory of *.yaml files; repeatable (read as one config)")
+      ->required();
   apply->add_flag("--dry-run", dry_run, "Show what would change; save nothing");
 
-  std::string validate_path;
+  std::vector<std::string> validate_paths;
   CLI::App* validate =
       app.add_subcommand("validate", "Check YAML config files offline, as failoverd would apply them (no server)")
           ->footer("Examples:\n  failoverctl validate -f examples/config/\n  failoverctl validate -f chains.yaml");
-  validate->add_option("-f,--file", validate_path, "A YAML file or a directory of *.yaml files")->required();
+  validate->add_option("-f,--file", validate_paths, "A YAML file or a directory of *.yaml files; repeatable")
+      ->required();
 
   std::string what, name;
   CLI::App* get = app.add_subcommand("get", "Show chains or targets with their live state")
@@ -780,14 +845,27 @@ int main(int argc, char** argv) {
                          ->footer("Example:\n  failoverctl health && echo ready   # exit 0 SERVING, 1 NOT_SERVING, 3 "
                                   "unreachable");
 
+  std::string globals = "Global flags (before or after the command):";
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string names = opt->get_name(false, true);
+    if (names.find("--help") != std::string::npos || names.find("--version") != std::string::npos) continue;
+    absl::StrAppend(&globals, "\n  ", names, std::string(names.size() < 14 ? 14 - names.size() : 1, ' '),
+                    opt->get_description());
+  }
+  ListGlobalFlags(&app, globals);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (const std::string unknown = UnknownCommand(&app, argc, argv); !unknown.empty() && e.get_exit_code() != 0) {
+      std::fprintf(stderr, "%s\n", unknown.c_str());
+      return kExitUsage;
+    }
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }
 
-  if (*validate) return Validate(validate_path);
+  if (*validate) return Validate(validate_paths);
 
   // gRPC's own log lines ("E1203 ... Handshake failed") would only repeat,
   // less clearly, what the error and its hint say.
@@ -800,7 +878,7 @@ int main(int argc, char** argv) {
   ctl.admin = v1::AdminService::NewStub(ctl.channel);
   ctl.decide = v1::DecisionService::NewStub(ctl.channel);
 
-  if (*apply) return Apply(ctl, path, dry_run);
+  if (*apply) return Apply(ctl, paths, dry_run);
   if (*probe_agent) return failover::client::RunProbeAgent(ctl.decide.get(), ctl.conn, agent);
   if (*get) return Get(ctl, what, name);
   if (*status) return Status(ctl, status_watch);

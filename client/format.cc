@@ -11,7 +11,8 @@ namespace failover::client {
 std::string ToJson(const google::protobuf::Message& m, bool multiline) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = multiline;
-  options.preserve_proto_field_names = true;
+  // Canonical lowerCamelCase names, as the HTTP API answers: one set of keys
+  // for scripts whichever they call.
   options.always_print_primitive_fields = true;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(m, &out, options);

@@ -1,6 +1,6 @@
 // Output of failoverctl: aligned tables for people (fit in 80 columns),
-// JSON and YAML for scripts (protobuf's JSON mapping, field names as in the
-// proto, defaults included, so the shape is stable).
+// JSON and YAML for scripts (protobuf's canonical JSON mapping, lowerCamelCase
+// as the HTTP API answers, defaults included, so the shape is stable).
 #pragma once
 
 #include <string>

@@ -2,9 +2,10 @@
 # The HTTP port (--http-listen) with curl against the real failoverd: every
 # JSON route, each class of error, bounds, tokens, and the event stream
 # resuming by Last-Event-ID.
-# usage: http_test.sh FAILOVERD
+# usage: http_test.sh FAILOVERD FAILOVERCTL
 set -euo pipefail
 FAILOVERD="$1"
+FAILOVERCTL="$2"
 work="$(mktemp -d)"
 pid=""
 cleanup() {
@@ -64,6 +65,38 @@ call "get missing target" 404 '"status":"NOT_FOUND"' "${admin[@]}" "$base/v1/adm
 call "bad target name" 400 'name: may only contain' "${admin[@]}" "$base/v1/admin/targets/a%20b"
 call "list chains" 200 '"name":"ch"' "${admin[@]}" "$base/v1/admin/chains"
 call "get chain" 200 '"targets":["a","b"]' "${admin[@]}" "$base/v1/admin/chains/ch"
+
+# failoverctl -o json speaks the HTTP API's JSON: every key the route answers
+# is a key of failoverctl's output (which also prints fields at their default).
+grpc_port="$(grep -o ' port=[0-9]*' "$work/log" | head -1 | cut -d= -f2)"
+same_keys() {
+  local name="$1" route="$2"
+  shift 2
+  curl -s "${admin[@]}" "$base$route" > "$work/http.json"
+  "$FAILOVERCTL" --server "127.0.0.1:$grpc_port" --token admin-secret -o json "$@" > "$work/ctl.json"
+  if /usr/bin/python3 - "$work/http.json" "$work/ctl.json" << 'EOF'
+import json, sys
+def paths(value, at=""):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield f"{at}.{key}"
+            yield from paths(inner, f"{at}.{key}")
+    elif isinstance(value, list):
+        for inner in value:
+            yield from paths(inner, f"{at}[]")
+http, ctl = (set(paths(json.load(open(f)))) for f in sys.argv[1:3])
+missing = sorted(http - ctl)
+if missing or not http:
+    sys.exit(f"keys of the HTTP answer failoverctl lacks: {missing[:8]}")
+EOF
+  then
+    echo "ok   failoverctl -o json $name has the HTTP API's keys"
+  else
+    failures=$((failures + 1))
+  fi
+}
+same_keys "get chain" /v1/admin/chains/ch get chain ch
+same_keys "status" /v1/status status
 
 # Decisions.
 call "pick" 200 '"decisionId"' "${decide[@]}" "${json[@]}" -X POST "$base/v1/pick" -d '{"chain":"ch"}'

@@ -6,8 +6,10 @@
 
 namespace failover::config {
 
-absl::StatusOr<CheckSummary> CheckConfigPath(const std::string& path) {
-  absl::StatusOr<LoadedConfig> loaded = LoadConfigPath(path);
+absl::StatusOr<CheckSummary> CheckConfigPath(const std::string& path) { return CheckConfigPaths({path}); }
+
+absl::StatusOr<CheckSummary> CheckConfigPaths(const std::vector<std::string>& paths) {
+  absl::StatusOr<LoadedConfig> loaded = LoadConfigPaths(paths);
   if (!loaded.ok()) return loaded.status();
   Engine engine;
   ApplyOptions options;

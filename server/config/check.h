@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -18,5 +19,6 @@ struct CheckSummary {
 // The files under `path` are valid together; otherwise the first error, with
 // its file and line.
 [[nodiscard]] absl::StatusOr<CheckSummary> CheckConfigPath(const std::string& path);
+[[nodiscard]] absl::StatusOr<CheckSummary> CheckConfigPaths(const std::vector<std::string>& paths);
 
 }  // namespace failover::config

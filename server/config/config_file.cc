@@ -486,10 +486,19 @@ absl::StatusOr<LoadedConfig> ParseConfigText(const std::string& text, const std:
 }
 
 absl::StatusOr<LoadedConfig> LoadConfigPath(const std::string& path) {
-  absl::Status error;
+  return LoadConfigPaths({path});
+}
+
+absl::StatusOr<LoadedConfig> LoadConfigPaths(const std::vector<std::string>& paths) {
   LoadedConfig out;
-  out.files = ConfigFiles(path, &error);
-  RETURN_IF_ERROR(error);
+  for (const std::string& path : paths) {
+    absl::Status error;
+    for (std::string& file : ConfigFiles(path, &error)) {
+      // A file named twice (a.yaml and the dir holding it) is read once.
+      if (std::find(out.files.begin(), out.files.end(), file) == out.files.end()) out.files.push_back(std::move(file));
+    }
+    RETURN_IF_ERROR(error);
+  }
   for (const std::string& file : out.files) {
     std::ifstream in(file);
     if (!in) return absl::FailedPreconditionError(absl::StrCat(file, ": cannot be read"));

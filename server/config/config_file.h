@@ -24,10 +24,13 @@ struct LoadedConfig {
   ConfigChange change;
   std::vector<Origin> target_origins;  // parallel to change.targets
   std::vector<Origin> chain_origins;   // parallel to change.chains
-  std::vector<std::string> files;      // the files read, sorted
+  std::vector<std::string> files;      // the files read, in order (a directory's sorted)
 };
 
 [[nodiscard]] absl::StatusOr<LoadedConfig> LoadConfigPath(const std::string& path);
+// Several paths read as one config (`failoverctl apply -f a.yaml -f dir/`): an
+// object declared twice is an error naming both places, as within one path.
+[[nodiscard]] absl::StatusOr<LoadedConfig> LoadConfigPaths(const std::vector<std::string>& paths);
 
 // Parses one YAML text (for tests and for single files).
 [[nodiscard]] absl::StatusOr<LoadedConfig> ParseConfigText(const std::string& text, const std::string& file);

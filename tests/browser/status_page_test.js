@@ -104,7 +104,7 @@ async function main() {
     await page.waitForFunction(() => document.getElementById('message').textContent.includes('admin token'),
                                {timeout: 5000});
     let chain = JSON.parse(ctl(server.grpc, ADMIN, '-o', 'json', 'get', 'chain', 'batch-llm'));
-    if (chain.status.pinned_target) fail('a decide token pinned the chain');
+    if (chain.status.pinnedTarget) fail('a decide token pinned the chain');
     console.log('ok   a pin with a decide token is refused');
     await page.type('#token', ADMIN);
     await page.keyboard.press('Enter');
@@ -115,7 +115,7 @@ async function main() {
       return row && row.children[1].textContent === 'pinned';
     }, {timeout: 5000});
     chain = JSON.parse(ctl(server.grpc, ADMIN, '-o', 'json', 'get', 'chain', 'batch-llm'));
-    if (chain.status.pinned_target !== 'gemma-local') fail('the pin did not take effect: ' + JSON.stringify(chain));
+    if (chain.status.pinnedTarget !== 'gemma-local') fail('the pin did not take effect: ' + JSON.stringify(chain));
     console.log('ok   a pin with an admin token takes effect');
     await page.screenshot({path: screenshot, fullPage: true});
 

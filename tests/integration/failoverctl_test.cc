@@ -4,6 +4,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -47,6 +48,51 @@ TEST_F(FailoverctlTest, ApplyShowsTheDiffAndDryRunSavesNothing) {
   CommandResult changed = Ctl({"apply", "-f", config_.path(), "--dry-run"});
   EXPECT_THAT(changed.out, HasSubstr("chain assistant-llm: updated: strategy: failover -> round_robin"));
   EXPECT_THAT(changed.out, HasSubstr("target argus-llm: unchanged"));
+}
+
+// -f repeats: the files are read as one config, and an object declared in two
+// of them is refused naming where.
+TEST_F(FailoverctlTest, ApplyAndValidateTakeSeveralFiles) {
+  TempDir split;
+  std::ofstream(split.path() + "/targets.yaml") << "targets:\n  - name: a\n  - name: b\n";
+  std::ofstream(split.path() + "/chains.yaml") << "chains:\n  - name: ab\n    targets: [a, b]\n";
+  const std::string targets = split.path() + "/targets.yaml", chains = split.path() + "/chains.yaml";
+  CommandResult valid = Ctl({"validate", "-f", targets, "-f", chains});
+  EXPECT_EQ(valid.exit_code, 0) << valid.err;
+  EXPECT_THAT(valid.out, HasSubstr("valid (2 files, 2 targets, 1 chains)"));
+  CommandResult applied = Ctl({"apply", "-f", targets, "--file", chains});
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_THAT(applied.out, HasSubstr("chain ab: created"));
+  // The same file twice (by itself and in its directory) is read once.
+  EXPECT_EQ(Ctl({"validate", "-f", targets, "-f", split.path()}).exit_code, 0);
+  std::ofstream(split.path() + "/again.yaml") << "targets:\n  - name: a\n";
+  CommandResult twice = Ctl({"validate", "-f", split.path()});
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_THAT(twice.err, HasSubstr(R"(targets.yaml:2: targets[1].name: "a" appears twice)"));
+}
+
+// A mistyped command names the closest one; each command's help lists the
+// global flags it also takes.
+TEST_F(FailoverctlTest, MistypedCommandsAreNamedAndHelpListsGlobalFlags) {
+  CommandResult typo = Ctl({"gett", "chains"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_THAT(typo.err, HasSubstr(R"(unknown command "gett"; did you mean "get"?)"));
+  CommandResult nested = Ctl({"-o", "json", "failover", "trigerr", "a"});
+  EXPECT_EQ(nested.exit_code, 2);
+  EXPECT_THAT(nested.err, HasSubstr(R"(failoverctl failover: unknown command "trigerr"; did you mean "trigger"?)"));
+  CommandResult nothing_like = Ctl({"xyzzy"});
+  EXPECT_EQ(nothing_like.exit_code, 2);
+  EXPECT_THAT(nothing_like.err, HasSubstr(R"(unknown command "xyzzy" (failoverctl --help lists the commands))"));
+  CommandResult help = Ctl({"pin", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--server", "--token", "--tls-ca", "--timeout", "-o,--output"}) {
+    EXPECT_THAT(help.out, HasSubstr(absl::StrCat("\n  ", flag, " "))) << help.out;
+  }
+  // A global flag after the command works as the help says.
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  CommandResult after = RunCommand({FailoverctlBinary(), "get", "chains", "--server", proc_->address(), "-o", "json"});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_THAT(after.out, HasSubstr("\"activeTarget\": \"argus-llm\""));
 }
 
 TEST_F(FailoverctlTest, GetInEveryOutputForm) {
@@ -158,7 +204,7 @@ TEST_F(FailoverctlTest, WatchReceivesASwitch) {
   EXPECT_THAT(watched.out, HasSubstr("target argus-llm: unknown -> down"));
   EXPECT_THAT(watched.out, HasSubstr("chain assistant-llm: argus-llm -> gemma-local (trip"));
   CommandResult json = Ctl({"-o", "json", "watch", "--after", after, "--max-events", "1"});
-  EXPECT_THAT(json.out, HasSubstr("\"target_state\""));
+  EXPECT_THAT(json.out, HasSubstr("\"targetState\""));
 }
 
 // Events say when, in full (date, time, zone) and how long ago, and can be

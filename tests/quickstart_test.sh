@@ -50,4 +50,39 @@ for _ in $(seq 1 100); do grep -q "chain assistant-llm: argus-llm -> gemma-local
 grep -q "target argus-llm: unknown -> down" "$work/watch.out" || { cat "$work/watch.out"; echo "watch missed the trip"; exit 1; }
 grep -q "chain assistant-llm: argus-llm -> gemma-local (trip" "$work/watch.out" ||
   { cat "$work/watch.out"; echo "watch missed the switch"; exit 1; }
-echo "the quick start works as written"
+kill "$pid"; wait "$pid" 2> /dev/null || true; pid=""
+
+# The status page's command, as the README gives it: scripts/start with
+# failoverd's flags after it (the port swapped for a free one).
+page_line="$(awk '/^## Status page and HTTP\/JSON/ {section=1} section && /^```sh$/ {getline; print; exit}' README.md)"
+page_command="${page_line%%#*}"
+case "$page_command" in
+  "scripts/start "*) ;;
+  *) echo "the status page's command is not scripts/start with flags: $page_line"; exit 1 ;;
+esac
+page_args="${page_command#scripts/start }"
+page_args="${page_args//127.0.0.1:8080/127.0.0.1:0}"
+# shellcheck disable=SC2086
+"$build/server/failoverd" $args $page_args --listen 127.0.0.1:0 --metrics-listen "" 2> "$work/page.log" &
+pid=$!
+for _ in $(seq 1 200); do grep -q "http_port=" "$work/page.log" && break; sleep 0.05; done
+http_port="$(grep -o 'http_port=[0-9]*' "$work/page.log" | cut -d= -f2)"
+[ -n "$http_port" ] || { cat "$work/page.log"; echo "the status page's command opened no HTTP port"; exit 1; }
+curl -s "http://127.0.0.1:$http_port/" | grep -q "<title>failoverd" || { echo "no status page"; exit 1; }
+
+# scripts/start needs none of the tests' packages: its deps leave them out, and
+# its configure works with GTest and Google Benchmark missing.
+run_deps="$(scripts/deps --run --list)"
+for pkg in chromium clang etcd-server libgtest-dev libbenchmark-dev; do
+  if grep -qx "$pkg" <<< "$run_deps"; then echo "scripts/start installs $pkg"; exit 1; fi
+done
+start_configure="$(grep -o 'scripts/build -D[^#]*' scripts/start)"
+[ -n "$start_configure" ] || { echo "scripts/start does not configure a build"; exit 1; }
+# shellcheck disable=SC2086
+cmake -S . -B "$work/start-build" -G Ninja ${start_configure#scripts/build } -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON > "$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+ninja -C "$work/start-build" -t targets all > "$work/targets"
+for target in server/failoverd client/failoverctl; do
+  grep -q "^$target:" "$work/targets" || { echo "scripts/start's configure has no $target"; exit 1; }
+done
+echo "the quick start and the status page's command work as written; starting needs no test package"

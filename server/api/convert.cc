@@ -114,6 +114,8 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out) {
   out->set_recovery_passes(s.recovery_passes);
   if (s.latency >= absl::ZeroDuration()) DurationToProto(s.latency, out->mutable_latency());
   for (const auto& c : s.chains) out->add_chains(c);
+  out->set_managed_by(s.managed_by);
+  if (s.next_check != absl::InfiniteFuture()) TimeToProto(s.next_check, out->mutable_next_check());
 }
 
 void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out) {

@@ -293,6 +293,8 @@ struct TargetStatus {
   uint32_t trips = 0;
   absl::Duration latency = -absl::InfiniteDuration();  // recent success latency; negative = not measured
   std::vector<std::string> chains;
+  std::string managed_by;  // the config file declaring it, if any
+  absl::Time next_check = absl::InfiniteFuture();  // InfiniteFuture = none due (no check, or one running)
 };
 
 struct ChainStatus {

@@ -29,7 +29,11 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     s.last_error_time = t.rt->last_error_time;
     s.recovery_passes = t.rt->health.recovery_passes();
     s.trips = t.rt->health.trips();
+    // A view has no clock: a running check (any lease) shows as none due;
+    // one due at once ("probe now", never checked) as due since the epoch.
+    if (t.rt->lease_id.empty()) s.next_check = std::max(ProbeDueLocked(t, absl::InfinitePast()), absl::UnixEpoch());
   }
+  s.managed_by = t.config.managed_by;
   const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
   if (held != INT64_MIN) s.held_until = absl::FromUnixNanos(held);
   const int64_t latency = t.rt->latency_ns.load(std::memory_order_relaxed);

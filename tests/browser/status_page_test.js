@@ -6,7 +6,11 @@
 //     with an admin token (checked over gRPC);
 //   - after a reload the event list has no gaps, even for events made while
 //     the page was away;
-//   - the chain filter works and the page fits a phone's width.
+//   - the chain filter works and the page fits a phone's width;
+//   - the instance line, time in state and next check, DEGRADED set apart from
+//     FALLBACK, no Disable offered on a target a config file declares,
+//     events with date and zone filtered by kind and name, and no token box
+//     when failoverd has no tokens file.
 // Saves a screenshot of the page.
 // usage: node status_page_test.js FAILOVERD FAILOVERCTL SCREENSHOT.png
 'use strict';
@@ -24,12 +28,17 @@ function fail(message) {
   throw new Error(message);
 }
 
-async function startFailoverd(dir) {
-  fs.writeFileSync(path.join(dir, 'tokens'), `admin ${ADMIN}\ndecide ${DECIDE}\n`);
-  const child = spawn(failoverd, ['--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0',
-                                  '--port-file', path.join(dir, 'port'), '--http-listen', '127.0.0.1:0',
-                                  '--metrics-listen', '', '--tokens-file', path.join(dir, 'tokens')],
-                      {stdio: ['ignore', 'ignore', 'pipe']});
+// `tokens`: start with a tokens file (and a config file declaring one target).
+async function startFailoverd(dir, tokens = true) {
+  const args = ['--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0', '--port-file', path.join(dir, 'port'),
+                '--http-listen', '127.0.0.1:0', '--metrics-listen', ''];
+  if (tokens) {
+    fs.writeFileSync(path.join(dir, 'tokens'), `admin ${ADMIN}\ndecide ${DECIDE}\n`);
+    fs.mkdirSync(path.join(dir, 'config'));
+    fs.writeFileSync(path.join(dir, 'config', 'filed.yaml'), 'targets:\n  - name: filed-llm\n');
+    args.push('--tokens-file', path.join(dir, 'tokens'), '--config', path.join(dir, 'config'));
+  }
+  const child = spawn(failoverd, args, {stdio: ['ignore', 'ignore', 'pipe']});
   let log = '';
   child.stderr.on('data', (d) => { log += d; });
   const deadline = Date.now() + 20000;
@@ -91,9 +100,66 @@ async function main() {
       const row = document.querySelector('#chains tr[data-chain="assistant-llm"]');
       const target = document.querySelector('#targets tr[data-target="argus-llm"]');
       return row && row.children[2].textContent === 'gemma-local' && row.children[1].textContent === 'fallback' &&
-          target && target.children[1].textContent === 'down' && target.children[3].textContent.includes('overloaded');
+          target && target.children[1].textContent === 'down' && target.children[5].textContent.includes('overloaded');
     }, {timeout: 1000});
     console.log('ok   a trip reported over gRPC shows within a second');
+
+    // The tripped target: how long it has been down and when it is checked next.
+    await page.waitForFunction(() => {
+      const cells = document.querySelector('#targets tr[data-target="argus-llm"]').children;
+      return /^\d+s$/.test(cells[2].textContent) && /^(in \d|due now)/.test(cells[3].textContent);
+    }, {timeout: 3000});
+    console.log('ok   a DOWN target shows its time in state and its next check');
+    const instance = await page.$eval('#instance', (e) => e.textContent);
+    if (!/^failoverd \S+ · up \d+s · single node$/.test(instance)) fail('instance line: ' + instance);
+    console.log('ok   the instance line: ' + instance);
+
+    // DEGRADED (no usable target) does not look like FALLBACK, nor a target
+    // not yet judged like one in trouble.
+    const colours = await page.evaluate(() => Object.fromEntries(['degraded', 'fallback', 'unknown', 'down'].map((state) => {
+      const span = document.createElement('span');
+      span.className = 'badge ' + state;
+      document.body.append(span);
+      const style = getComputedStyle(span);
+      const colour = style.backgroundColor + ' ' + style.color;
+      span.remove();
+      return [state, colour];
+    })));
+    if (colours.degraded === colours.fallback || colours.unknown === colours.fallback || colours.degraded === colours.down) {
+      fail('states share colours: ' + JSON.stringify(colours));
+    }
+    ctl(server.grpc, DECIDE, 'report', '--chain', 'batch-llm', '--target', 'openrouter', '--status', '503');
+    ctl(server.grpc, DECIDE, 'report', '--chain', 'batch-llm', '--target', 'gemma-local', '--status', '503');
+    await page.waitForFunction(() => {
+      const row = document.querySelector('#chains tr[data-chain="batch-llm"]');
+      return row && row.children[1].textContent === 'degraded' && row.classList.contains('degraded-row');
+    }, {timeout: 2000});
+    console.log('ok   a DEGRADED chain stands apart from FALLBACK');
+
+    // A target a config file declares offers no Disable (failoverd would refuse it).
+    const filed = await page.$eval('#targets tr[data-target="filed-llm"]', (row) => row.textContent);
+    if (filed.includes('Disable') || !filed.includes('from filed.yaml')) fail('file-declared target row: ' + filed);
+    if (!(await page.$('#targets tr[data-target="argus-llm"] button[data-key="disable:argus-llm"]'))) {
+      fail('no Disable on a target made over the API');
+    }
+    console.log('ok   Disable is offered only where failoverd accepts it');
+
+    // Events: date, time and zone; filtered by kind and by name.
+    const year = String(new Date().getFullYear());
+    const stamp = await page.$eval('#events li time', (t) => t.textContent);
+    if (!stamp.includes(year) || !/[A-Z]{2,}|[+-]\d/.test(stamp.slice(-6))) fail('event time without date or zone: ' + stamp);
+    await page.select('#event-kind', 'target');
+    await page.waitForFunction(() => [...document.querySelectorAll('#events li')].every((li) => li.dataset.kind === 'target') &&
+                               document.querySelectorAll('#events li').length >= 3, {timeout: 2000});
+    await page.type('#event-name', 'openrouter');
+    await page.waitForFunction(() => {
+      const items = [...document.querySelectorAll('#events li')];
+      return items.length === 1 && items[0].textContent.includes('target openrouter:');
+    }, {timeout: 2000});
+    await page.select('#event-kind', '');
+    await page.click('#event-name', {clickCount: 3});
+    await page.keyboard.press('Backspace');
+    console.log('ok   events show ' + stamp + ' and filter by kind and name');
 
     // A pin from the page: refused with the decide token, done with an admin token.
     const pin = async () => {
@@ -145,6 +211,20 @@ async function main() {
     console.log('ok   the page fits a phone\'s width');
     if (problems.length) fail('the page threw: ' + problems.join('; '));
     console.log('screenshot: ' + screenshot);
+
+    // Without a tokens file the page shows no token box.
+    const open = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-page-open-'));
+    const plain = await startFailoverd(open, false);
+    try {
+      const second = await browser.newPage();
+      await second.goto(plain.http, {waitUntil: 'load'});
+      await second.waitForFunction(() => document.getElementById('connection').textContent === 'live', {timeout: 10000});
+      if (!(await second.$eval('#auth', (e) => e.hidden))) fail('a token box on a failoverd without tokens');
+      console.log('ok   no token box when failoverd has no tokens file');
+    } finally {
+      plain.child.kill('SIGTERM');
+      fs.rmSync(open, {recursive: true, force: true});
+    }
   } finally {
     if (browser) await browser.close();
     server.child.kill('SIGTERM');

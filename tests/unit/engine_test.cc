@@ -184,6 +184,33 @@ TEST_F(EngineTest, FailureMovesDownAtOnceAndEmitsTrip) {
   EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
 }
 
+// A target's view says when its next check falls due (a DOWN target's back-off
+// included) and which file declares it.
+TEST_F(EngineTest, ATargetsViewSaysWhenItIsCheckedNextAndWhoDeclaresIt) {
+  TwoTargetChain();
+  EXPECT_EQ(engine_.GetTarget("argus-llm")->status.next_check, absl::UnixEpoch()) << "never checked: due at once";
+  FailTarget("assistant-llm", "argus-llm");
+  const absl::Time due = engine_.GetTarget("argus-llm")->status.next_check;
+  EXPECT_GT(due, now_);
+  EXPECT_LT(due, now_ + absl::Hours(1));
+  // A check handed out is running: none due until its result.
+  ProbeRequest probe;
+  probe.prober_id = "p";
+  ProbeResponse handed;
+  Events events;
+  now_ = due;
+  ASSERT_TRUE(engine_.Probe(probe, now_, &handed, &events).ok());
+  ASSERT_FALSE(handed.tasks.empty());
+  EXPECT_EQ(engine_.GetTarget("argus-llm")->status.next_check, absl::InfiniteFuture());
+  EXPECT_EQ(engine_.GetTarget("argus-llm")->status.managed_by, "");
+  TargetConfig from_file = Target("filed");
+  from_file.managed_by = "/etc/failoverd/targets.yaml";
+  ApplyOptions options;
+  options.from_files = true;
+  ASSERT_TRUE(engine_.Apply(ConfigChange{{from_file}, {}}, options, now_).ok());
+  EXPECT_EQ(engine_.GetTarget("filed")->status.managed_by, "/etc/failoverd/targets.yaml");
+}
+
 TEST_F(EngineTest, MovesBackUpOnlyAfterRecoveryAndMinDwell) {
   Policy p;
   p.recovery_probes = 2;

@@ -13,6 +13,8 @@ const page = {
   lastSequence: 0,
   parts: null,          // a snapshot arriving in parts
   filter: '',
+  eventKind: '',        // '' or chain, target, config
+  eventName: '',
   pinChoice: new Map(),
   watch: null,          // AbortController of the running stream
   retry: 500,
@@ -31,6 +33,23 @@ function ago(timestamp) {
   if (seconds < 3600) return Math.floor(seconds / 60) + 'm ' + (seconds % 60) + 's';
   if (seconds < 86400) return Math.floor(seconds / 3600) + 'h ' + Math.floor((seconds % 3600) / 60) + 'm';
   return Math.floor(seconds / 86400) + 'd';
+}
+
+// How long until `timestamp` ("due now" once it is past), for next checks.
+function until(timestamp) {
+  if (!timestamp) return '-';
+  const seconds = Math.round((Date.parse(timestamp) - Date.now()) / 1000);
+  if (seconds <= 0) return 'due now';
+  if (seconds < 60) return 'in ' + seconds + 's';
+  if (seconds < 3600) return 'in ' + Math.floor(seconds / 60) + 'm ' + (seconds % 60) + 's';
+  return 'in ' + Math.floor(seconds / 3600) + 'h ' + Math.floor((seconds % 3600) / 60) + 'm';
+}
+
+// Date, time and zone, as events need to be read next to other logs.
+function fullTime(timestamp) {
+  if (!timestamp) return '';
+  return new Date(timestamp).toLocaleString(undefined, {year: 'numeric', month: '2-digit', day: '2-digit',
+      hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false, timeZoneName: 'short'});
 }
 
 function el(tag, attrs, ...children) {
@@ -115,9 +134,10 @@ function apply(event) {
     }
   } else if (event.targetState) {
     const e = event.targetState;
-    const extra = {reason: e.reason || ''};
+    const extra = {reason: e.reason || '', since: event.time};
     if (e.lastError) extra.lastError = e.lastError;
     setTargetHealth(e.target, e.toState, extra);
+    refreshSoon();  // its next check moved with it
   } else if (event.configChanged) {
     refreshSoon();  // objects came or went: read the state again
   }
@@ -186,7 +206,7 @@ function render() {
     }
     const targets = el('td', {});
     for (const t of c.targets || []) targets.append(el('span', {}, t.name + ' '), badge(lower(t.health, 'HEALTH_STATE_')), ' ');
-    return el('tr', {'data-chain': c.name},
+    return el('tr', {'data-chain': c.name, class: state === 'degraded' ? 'degraded-row' : ''},
         el('td', {}, c.name), el('td', {}, badge(state)), el('td', {}, c.activeTarget || '-'),
         el('td', {'data-since': c.lastSwitch || ''}, ago(c.lastSwitch)), targets, actions);
   });
@@ -205,14 +225,24 @@ function render() {
         if (reason !== null) act('/v1/admin/trigger', {target: t.name, reason}, `failed over ${t.name}`);
       }));
     }
-    actions.append(t.enabled === false
-        ? action('Enable', 'enable:' + t.name, () => act('/v1/admin/enable', {target: t.name}, `enabled ${t.name}`))
-        : action('Disable', 'disable:' + t.name, () => act('/v1/admin/disable', {target: t.name}, `disabled ${t.name}`)));
+    // A target a config file declares is enabled or disabled in that file:
+    // failoverd refuses the call, so the page does not offer it.
+    if (!t.managedBy) {
+      actions.append(t.enabled === false
+          ? action('Enable', 'enable:' + t.name, () => act('/v1/admin/enable', {target: t.name}, `enabled ${t.name}`))
+          : action('Disable', 'disable:' + t.name, () => act('/v1/admin/disable', {target: t.name}, `disabled ${t.name}`)));
+    }
     actions.append(action('Probe now', 'probe:' + t.name,
                           () => act('/v1/admin/probe-now', {target: t.name}, `health check of ${t.name} due now`)));
+    const name = el('td', {}, t.name);
+    if (t.managedBy) name.append(el('br', {}), el('span', {class: 'file', title: t.managedBy}, 'from ' + basename(t.managedBy)));
+    const held = t.heldUntil && Date.parse(t.heldUntil) > Date.now();
+    const next = held ? el('td', {}, 'held until ' + new Date(t.heldUntil).toLocaleTimeString())
+                      : el('td', {'data-until': t.nextCheck || ''}, until(t.nextCheck));
     return el('tr', {'data-target': t.name},
-        el('td', {}, t.name), el('td', {}, badge(health)), el('td', {'data-since': t.lastProbe || ''}, ago(t.lastProbe)),
-        el('td', {class: 'error'}, t.lastError || '-'), actions);
+        name, el('td', {}, badge(health)), el('td', {'data-since': t.since || ''}, ago(t.since)), next,
+        el('td', {'data-since': t.lastProbe || ''}, ago(t.lastProbe)), el('td', {class: 'error'}, t.lastError || '-'),
+        actions);
   });
   $('targets').tBodies[0].replaceChildren(...targetRows);
   if (focused) {
@@ -221,15 +251,52 @@ function render() {
   }
 }
 
+function basename(file) {
+  return String(file).split('/').pop();
+}
+
+function eventKind(event) {
+  return event.chainSwitched ? 'chain' : event.targetState ? 'target' : event.configChanged ? 'config' : '';
+}
+
+// The chain or target an event is about (a chain's switch names its targets too).
+function eventNames(event) {
+  if (event.chainSwitched) return [event.chainSwitched.chain, event.chainSwitched.fromTarget, event.chainSwitched.toTarget];
+  if (event.targetState) return [event.targetState.target];
+  if (event.configChanged) return [event.configChanged.name];
+  return [];
+}
+
 function renderEvents() {
-  const items = page.events.slice().reverse().map((e) =>
-      el('li', {'data-sequence': String(e.sequence)}, el('span', {class: 'seq'}, '#' + e.sequence),
-         el('time', {datetime: e.time || ''}, e.time ? new Date(e.time).toLocaleTimeString() : ''), ' ', describe(e)));
+  const name = page.eventName.trim().toLowerCase();
+  const shown = page.events.filter((e) => (!page.eventKind || eventKind(e) === page.eventKind) &&
+      (!name || eventNames(e).some((n) => String(n || '').toLowerCase().includes(name))));
+  const items = shown.reverse().map((e) =>
+      el('li', {'data-sequence': String(e.sequence), 'data-kind': eventKind(e)}, el('span', {class: 'seq'}, '#' + e.sequence),
+         el('time', {datetime: e.time || ''}, fullTime(e.time)), ' ', describe(e)));
   $('events').replaceChildren(...items);
+}
+
+// Version, uptime and, in cluster mode, this replica's role, its leader and lag.
+function renderInstance(status) {
+  const parts = ['failoverd ' + (status.version || '?')];
+  const uptime = parseFloat(status.uptime || '0');
+  if (status.serverTime) parts.push('up ' + ago(new Date(Date.parse(status.serverTime) - uptime * 1000).toISOString()));
+  const cluster = status.cluster || {};
+  const role = lower(cluster.role, 'ROLE_');
+  if (role && role !== 'unspecified') {
+    parts.push(role === 'leader' ? 'cluster leader' : `follower of ${cluster.leader || '(no leader)'}`);
+    parts.push('lag ' + (cluster.lag || 0));
+    if (cluster.logError) parts.push('log: ' + cluster.logError);
+  } else {
+    parts.push('single node');
+  }
+  $('instance').textContent = parts.join(' · ');
 }
 
 function tick() {
   for (const cell of document.querySelectorAll('td[data-since]')) cell.textContent = ago(cell.getAttribute('data-since'));
+  for (const cell of document.querySelectorAll('td[data-until]')) cell.textContent = until(cell.getAttribute('data-until'));
 }
 
 // --- talking to failoverd -----------------------------------------------
@@ -254,6 +321,7 @@ async function readState() {
   let token = '';
   do {
     const status = await api('GET', '/v1/status' + (token ? '?page_token=' + encodeURIComponent(token) : ''));
+    if (!token) renderInstance(status);
     for (const c of status.chains || []) chains.set(c.name, c);
     for (const t of status.targets || []) targets.set(t.name, t);
     token = status.nextPageToken || '';
@@ -335,6 +403,7 @@ async function watch() {
 }
 
 function needToken(message) {
+  $('auth').hidden = false;
   setConnection('token needed');
   say(message);
   $('auth-note').textContent = 'This failoverd needs a token: a decide token to see its state, an admin token to act.';
@@ -357,6 +426,8 @@ async function start() {
     return;
   }
   say('');
+  // Without a tokens file every call is answered without a token: no box.
+  $('auth').hidden = !page.token;
   render();
   renderEvents();
   watch();
@@ -373,6 +444,14 @@ $('forget').addEventListener('click', () => {
   page.token = '';
   $('auth-note').textContent = 'Token forgotten.';
   start();
+});
+$('event-kind').addEventListener('change', (e) => {
+  page.eventKind = e.target.value;
+  renderEvents();
+});
+$('event-name').addEventListener('input', (e) => {
+  page.eventName = e.target.value;
+  renderEvents();
 });
 $('filter').addEventListener('input', (e) => {
   page.filter = e.target.value;

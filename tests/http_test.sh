@@ -59,6 +59,13 @@ call "status unknown parameter" 400 'query parameter \"colour\": not a field of 
 call "events after" 200 '"sequence":"1"' "${decide[@]}" "$base/v1/events?after=0&limit=2"
 call "events bad limit" 400 'limit: not a number: \"lots\"' "${decide[@]}" "$base/v1/events?limit=lots"
 call "events limit bound" 400 'limit: at most 1000' "${decide[@]}" "$base/v1/events?limit=5000"
+call "events since and kinds" 200 '"configChanged"' "${decide[@]}" \
+  "$base/v1/events?since=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%SZ)&kinds=EVENT_KIND_CONFIG_CHANGED&kinds=EVENT_KIND_TARGET_STATE"
+call "events since the future" 200 '{}' "${decide[@]}" "$base/v1/events?since=2999-01-01T00:00:00Z"
+if grep -q '"chainSwitched"' "$work/body"; then echo "FAIL events kinds: a chain switch came back"; failures=$((failures + 1)); fi
+call "events bad since" 400 'since: not an RFC 3339 time such as \"2026-12-04T06:00:00Z\": \"soon\"' "${decide[@]}" \
+  "$base/v1/events?since=soon"
+call "events bad kind" 400 'kinds: not a value of failover.v1.EventKind: \"chain\"' "${decide[@]}" "$base/v1/events?kinds=chain"
 call "list targets" 200 '"name":"b"' "${admin[@]}" "$base/v1/admin/targets"
 call "get target" 200 '"name":"a"' "${admin[@]}" "$base/v1/admin/targets/a"
 call "get missing target" 404 '"status":"NOT_FOUND"' "${admin[@]}" "$base/v1/admin/targets/zzz"

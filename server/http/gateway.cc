@@ -115,8 +115,34 @@ grpc::Status SetFromQuery(const std::string& key, const std::string& value, pb::
       r->SetUInt64(m, f, v);
       return grpc::Status::OK;
     }
+    case pb::FieldDescriptor::CPPTYPE_ENUM: {
+      // The value's name, as in JSON (kinds=EVENT_KIND_CHAIN_SWITCHED); repeatable.
+      const pb::EnumValueDescriptor* v = f->enum_type()->FindValueByName(value);
+      if (v == nullptr || v->number() == 0) {
+        return Invalid(absl::StrCat(f->name(), ": not a value of ", f->enum_type()->full_name(), ": ", Echo(value)));
+      }
+      if (f->is_repeated()) {
+        r->AddEnumValue(m, f, v->number());
+      } else {
+        r->SetEnumValue(m, f, v->number());
+      }
+      return grpc::Status::OK;
+    }
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      // A time or a duration as in JSON (since=2026-12-04T06:00:00Z, timeout=1.5s).
+      if (!f->is_repeated() && (f->message_type()->full_name() == "google.protobuf.Timestamp" ||
+                                f->message_type()->full_name() == "google.protobuf.Duration")) {
+        if (!pb::util::JsonStringToMessage(JsonString(value), r->MutableMessage(m, f)).ok()) {
+          const bool time = f->message_type()->full_name() == "google.protobuf.Timestamp";
+          return Invalid(absl::StrCat(f->name(), ": not ", time ? "an RFC 3339 time such as \"2026-12-04T06:00:00Z\""
+                                                                : "a duration such as \"1.5s\"",
+                                      ": ", Echo(value)));
+        }
+        return grpc::Status::OK;
+      }
+      [[fallthrough]];
     default:
-      return Invalid(absl::StrCat("query parameter ", Echo(key), ": cannot be given in the query; POST a JSON body"));
+      return Invalid(absl::StrCat("query parameter ", Echo(key), ": cannot be given in the query"));
   }
 }
 

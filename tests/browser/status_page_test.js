@@ -55,6 +55,18 @@ function ctl(server, token, ...args) {
   return execFileSync(failoverctl, ['--server', server, '--token', token, ...args], {encoding: 'utf8'});
 }
 
+// assistant-llm's last hour: primary, then fallback after the trip, degraded now.
+async function expectTimeline(page) {
+  await page.waitForFunction(() => {
+    const spans = [...document.querySelectorAll('#chains tr[data-chain="assistant-llm"] .timeline span')];
+    const states = spans.map((s) => s.className).filter((state) => state !== 'none');  // before it existed
+    return states[0] === 'primary' && states.includes('fallback') && states[states.length - 1] === 'degraded';
+  }, {timeout: 3000}).catch(async () => {
+    fail('timeline: ' + await page.$eval('#chains tr[data-chain="assistant-llm"]', (row) => row.innerHTML));
+  });
+  console.log('ok   the chain\'s timeline shows its last hour: primary, fallback, degraded');
+}
+
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-page-'));
   const server = await startFailoverd(dir);
@@ -135,6 +147,7 @@ async function main() {
       return row && row.children[1].textContent === 'degraded' && row.classList.contains('degraded-row');
     }, {timeout: 2000});
     console.log('ok   a DEGRADED chain stands apart from FALLBACK');
+    await expectTimeline(page);
 
     // A target a config file declares offers no Disable (failoverd would refuse it).
     const filed = await page.$eval('#targets tr[data-target="filed-llm"]', (row) => row.textContent);
@@ -197,6 +210,7 @@ async function main() {
       const first = document.querySelector('#events li');
       return first && first.getAttribute('data-sequence') === want;
     }, {timeout: 5000}, String(latest.sequence));
+    await expectTimeline(page);  // rebuilt from the API after the reload
     const listed = await page.$$eval('#events li', (items) => items.map((li) => Number(li.getAttribute('data-sequence'))));
     for (let i = 1; i < listed.length; ++i) {
       if (listed[i] !== listed[i - 1] - 1) fail(`the event list has a gap: ${listed.join(', ')}`);

@@ -1,6 +1,7 @@
 // The decision engine through a real failoverd over gRPC: the LocalAI,
 // GoModel and MinusPod scenarios, with short policy durations and waits that
 // end on a condition or a deadline.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <tuple>
@@ -325,8 +326,12 @@ TEST(ReportCountTest, AChainsCountersExistAtZeroBeforeTheirFirstUse) {
     std::string error;
     ASSERT_TRUE(proc.Start(&error)) << error;
     ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
-    const std::string metrics = HttpGet(proc.MetricsPort(), "/metrics");
-    for (const std::string& series : at_zero) EXPECT_THAT(metrics, ::testing::HasSubstr(series + "\n"));
+    // (Created as the chain's creation is published, a moment after the answer.)
+    EXPECT_TRUE(Eventually([&] {
+      const std::string metrics = HttpGet(proc.MetricsPort(), "/metrics");
+      return std::all_of(at_zero.begin(), at_zero.end(),
+                         [&](const std::string& series) { return metrics.find(series + "\n") != std::string::npos; });
+    })) << HttpGet(proc.MetricsPort(), "/metrics");
     proc.Stop(SIGTERM);
   }
   FailoverdProcess restarted(options);

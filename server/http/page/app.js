@@ -13,6 +13,7 @@ const page = {
   lastSequence: 0,
   parts: null,          // a snapshot arriving in parts
   filter: '',
+  switches: [],         // chain switches of the last hour, oldest first (the timelines)
   eventKind: '',        // '' or chain, target, config
   eventName: '',
   pinChoice: new Map(),
@@ -123,6 +124,8 @@ function apply(event) {
     return;
   }
   addEvent(event);
+  const last = page.switches[page.switches.length - 1];
+  if (event.chainSwitched && (!last || Number(event.sequence) > Number(last.sequence))) page.switches.push(event);
   if (event.chainSwitched) {
     const e = event.chainSwitched;
     const chain = page.chains.get(e.chain);
@@ -183,6 +186,38 @@ function action(label, key, run) {
   return el('button', {type: 'button', 'data-key': key, onclick: run}, label);
 }
 
+const HOUR = 3600 * 1000;
+
+// A chain's last hour as a bar of segments, one per state it was in (from its
+// switches; before the first, the state that switch left).
+function timeline(chain) {
+  const now = Date.now();
+  const from = now - HOUR;
+  const mine = page.switches.filter((e) => e.chainSwitched.chain === chain.name && Date.parse(e.time) > from);
+  const segments = [];
+  let start = from;
+  // Before a chain's first switch ("(none) -> a") it did not exist: left blank.
+  const created = mine.length && !mine[0].chainSwitched.fromTarget;
+  let state = created ? 'none' : mine.length ? mine[0].chainSwitched.fromState : chain.state;
+  let target = mine.length ? mine[0].chainSwitched.fromTarget : chain.activeTarget;
+  for (const e of mine) {
+    segments.push({start, end: Date.parse(e.time), state, target});
+    start = Date.parse(e.time);
+    state = e.chainSwitched.toState;
+    target = e.chainSwitched.toTarget;
+  }
+  segments.push({start, end: now, state, target});
+  const bar = el('div', {class: 'timeline', role: 'img',
+                         'aria-label': `${chain.name}: ${mine.length} switches in the last hour`});
+  for (const segment of segments) {
+    const name = lower(segment.state, 'CHAIN_STATE_');
+    const when = new Date(segment.start).toLocaleTimeString();
+    bar.append(el('span', {class: name, style: `flex-grow: ${Math.max(segment.end - segment.start, 1)}`,
+                           title: `${name} on ${segment.target || '(none)'} from ${when}`}));
+  }
+  return bar;
+}
+
 function render() {
   const focused = document.activeElement && document.activeElement.getAttribute('data-key');
   const chains = visibleChains();
@@ -208,7 +243,7 @@ function render() {
     for (const t of c.targets || []) targets.append(el('span', {}, t.name + ' '), badge(lower(t.health, 'HEALTH_STATE_')), ' ');
     return el('tr', {'data-chain': c.name, class: state === 'degraded' ? 'degraded-row' : ''},
         el('td', {}, c.name), el('td', {}, badge(state)), el('td', {}, c.activeTarget || '-'),
-        el('td', {'data-since': c.lastSwitch || ''}, ago(c.lastSwitch)), targets, actions);
+        el('td', {'data-since': c.lastSwitch || ''}, ago(c.lastSwitch)), el('td', {}, timeline(c)), targets, actions);
   });
   $('chains').tBodies[0].replaceChildren(...chainRows);
 
@@ -416,6 +451,11 @@ async function start() {
   setConnection('connecting');
   try {
     const recent = await api('GET', '/v1/events?limit=50');
+    // After the recent events: a switch in between is here, and the stream's
+    // replay of it is not added twice.
+    const hourAgo = new Date(Date.now() - HOUR).toISOString();
+    const switches = await api('GET', '/v1/events?limit=1000&kinds=EVENT_KIND_CHAIN_SWITCHED&since=' + hourAgo);
+    page.switches = switches.events || [];
     for (const e of recent.events || []) addEvent(e);
     if (page.events.length) page.lastSequence = Math.max(page.lastSequence, Number(page.events[page.events.length - 1].sequence));
     await readState();
@@ -458,4 +498,5 @@ $('filter').addEventListener('input', (e) => {
   render();
 });
 setInterval(tick, 1000);
+setInterval(render, 30000);  // the timelines move on
 start();

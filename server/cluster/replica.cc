@@ -820,7 +820,7 @@ void Replica::RunRelay() {
       // Background successes wait a moment for company (a call per outcome
       // would cost more than the outcome); one that is waited for goes at once.
       relay_ready_.wait_for(lock, absl::ToChronoNanoseconds(kRelayGather),
-                            [&] { return stopping_.load() || relay_waited_ > 0 || relay_.size() >= kRelayBatch; });
+                            [&] { return stopping_.load() || relay_waited_ > 0 || relay_.size() >= relay_batch_; });
       // Background successes (ones that change nothing at the leader) on the
       // same target and chain travel as one report with a count; never across
       // an outcome that is waited for, so the order that matters is kept.

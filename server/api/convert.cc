@@ -116,6 +116,13 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out) {
   for (const auto& c : s.chains) out->add_chains(c);
   out->set_managed_by(s.managed_by);
   if (s.next_check != absl::InfiniteFuture()) TimeToProto(s.next_check, out->mutable_next_check());
+  for (const TrafficMinute& m : s.traffic) {
+    v1::TrafficMinute* minute = out->add_traffic();
+    TimeToProto(m.start, minute->mutable_start());
+    minute->set_requests(m.requests);
+    minute->set_errors(m.errors);
+    if (m.timed > 0) DurationToProto(m.latency_sum / static_cast<int64_t>(m.timed), minute->mutable_latency());
+  }
 }
 
 void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out) {

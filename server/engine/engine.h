@@ -38,6 +38,7 @@
 #include "server/engine/classify.h"
 #include "common/model.h"
 #include "server/engine/retry_budget.h"
+#include "server/engine/traffic.h"
 #include "server/engine/target_health.h"
 
 namespace failover {
@@ -98,11 +99,16 @@ struct TargetRuntime {
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time last_probe = absl::InfinitePast();
+  std::unique_ptr<TrafficRing> traffic;  // counted outcomes per minute, for views; made at the first
 
   HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
   // After an admin change: the outstanding lease's result would be judged
   // against a state it was not asked under (DESIGN 3.6).
   void VoidLease() { lease_id.clear(); }
+  void RecordTraffic(absl::Time now, bool failed, absl::Duration latency) {
+    if (!traffic) traffic = std::make_unique<TrafficRing>();
+    traffic->Record(now, failed, latency);
+  }
 };
 
 struct ChainRuntime {
@@ -294,6 +300,7 @@ struct TargetStatus {
   absl::Duration latency = -absl::InfiniteDuration();  // recent success latency; negative = not measured
   std::vector<std::string> chains;
   std::string managed_by;  // the config file declaring it, if any
+  std::vector<TrafficMinute> traffic;  // the last minutes with counted outcomes, oldest first
   absl::Time next_check = absl::InfiniteFuture();  // InfiniteFuture = none due (no check, or one running)
 };
 

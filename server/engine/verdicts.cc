@@ -82,6 +82,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     TargetRuntime& rt = *t.rt;
     TargetHealth& health = rt.health;
     const bool dry = mode == HealthMode::kDryRun;
+    if (!dry) rt.RecordTraffic(now, !req.facts.success, req.latency);
     if (req.facts.success) {
       if (!dry) {
         rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
@@ -110,6 +111,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   // recorded without it: tallied for the rates, its error kept.
   auto record_refused = [&](const TargetEntry& t) {
     TargetRuntime& rt = *t.rt;
+    rt.RecordTraffic(now, !req.facts.success, req.latency);
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     if (req.facts.success && req.latency > absl::ZeroDuration()) RecordLatency(rt, req.latency);
     if (!req.facts.success) note_error(rt);

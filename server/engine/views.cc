@@ -29,6 +29,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     s.last_error_time = t.rt->last_error_time;
     s.recovery_passes = t.rt->health.recovery_passes();
     s.trips = t.rt->health.trips();
+    if (t.rt->traffic) s.traffic = t.rt->traffic->Minutes();
     // A view has no clock: a running check (any lease) shows as none due;
     // one due at once ("probe now", never checked) as due since the epoch.
     if (t.rt->lease_id.empty()) s.next_check = std::max(ProbeDueLocked(t, absl::InfinitePast()), absl::UnixEpoch());

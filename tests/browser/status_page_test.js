@@ -112,16 +112,25 @@ async function main() {
       const row = document.querySelector('#chains tr[data-chain="assistant-llm"]');
       const target = document.querySelector('#targets tr[data-target="argus-llm"]');
       return row && row.children[2].textContent === 'gemma-local' && row.children[1].textContent === 'fallback' &&
-          target && target.children[1].textContent === 'down' && target.children[5].textContent.includes('overloaded');
+          target && target.children[1].textContent === 'down' && target.children[6].textContent.includes('overloaded');
     }, {timeout: 1000});
     console.log('ok   a trip reported over gRPC shows within a second');
 
     // The tripped target: how long it has been down and when it is checked next.
     await page.waitForFunction(() => {
       const cells = document.querySelector('#targets tr[data-target="argus-llm"]').children;
-      return /^\d+s$/.test(cells[2].textContent) && /^(in \d|due now)/.test(cells[3].textContent);
+      return /^\d+s$/.test(cells[3].textContent) && /^(in \d|due now)/.test(cells[4].textContent);
     }, {timeout: 3000});
     console.log('ok   a DOWN target shows its time in state and its next check');
+    // Its traffic: the reported failure, then a success with its latency
+    // (reported after the refresh the trip caused, so the row is read again).
+    ctl(server.grpc, DECIDE, 'report', '--chain', 'assistant-llm', '--target', 'gemma-local', '--success',
+        '--latency', '250ms');
+    await page.waitForFunction(() => {
+      const cell = (name) => document.querySelector(`#targets tr[data-target="${name}"]`).children[2].textContent;
+      return cell('argus-llm') === '1 req · 100% err' && cell('gemma-local') === '1 req · 0% err · 250 ms';
+    }, {timeout: 3000}).catch(async () => fail('traffic: ' + await page.$eval('#targets', (t) => t.textContent)));
+    console.log('ok   targets show their traffic of the last ten minutes');
     const instance = await page.$eval('#instance', (e) => e.textContent);
     if (!/^failoverd \S+ · up \d+s · single node$/.test(instance)) fail('instance line: ' + instance);
     console.log('ok   the instance line: ' + instance);

@@ -211,6 +211,48 @@ TEST_F(EngineTest, ATargetsViewSaysWhenItIsCheckedNextAndWhoDeclaresIt) {
   EXPECT_EQ(engine_.GetTarget("filed")->status.managed_by, "/etc/failoverd/targets.yaml");
 }
 
+// A target's view carries its traffic per minute: requests, errors and the
+// mean latency of timed successes, for the last ten minutes with any.
+TEST_F(EngineTest, ATargetsViewCountsItsTrafficPerMinute) {
+  Policy policy;
+  policy.trip_errors = 100;  // stays up: this is about counting
+  TwoTargetChain(policy);
+  now_ = absl::FromUnixSeconds(1'800'000'040);  // minute 30,000,000 plus 40 s
+  Report("", "argus-llm", Success(), "assistant-llm");
+  ReportRequest timed;
+  timed.target = "argus-llm";
+  timed.chain = "assistant-llm";
+  timed.facts = Success();
+  ReportResult r;
+  Events events;
+  for (int ms : {100, 300}) {
+    timed.latency = absl::Milliseconds(ms);
+    ASSERT_TRUE(engine_.Report(timed, now_, &r, &events).ok());
+  }
+  FailTarget("assistant-llm", "argus-llm");
+  now_ += absl::Seconds(30);  // the next minute
+  FailTarget("assistant-llm", "argus-llm");
+  std::vector<TrafficMinute> traffic = engine_.GetTarget("argus-llm")->status.traffic;
+  ASSERT_EQ(traffic.size(), 2u);
+  EXPECT_EQ(traffic[0].start, absl::FromUnixSeconds(1'800'000'000));
+  EXPECT_EQ(traffic[0].requests, 4u);
+  EXPECT_EQ(traffic[0].errors, 1u);
+  EXPECT_EQ(traffic[0].timed, 2u);
+  EXPECT_EQ(traffic[0].latency_sum, absl::Milliseconds(400));
+  EXPECT_EQ(traffic[1].start - traffic[0].start, absl::Minutes(1));
+  EXPECT_EQ(traffic[1].requests, 1u);
+  EXPECT_EQ(traffic[1].errors, 1u);
+  // Nine minutes on the first minute has left the ring (its slot is reused),
+  // the second is still among the last ten.
+  now_ += absl::Minutes(9);
+  FailTarget("assistant-llm", "argus-llm");
+  traffic = engine_.GetTarget("argus-llm")->status.traffic;
+  ASSERT_EQ(traffic.size(), 2u);
+  EXPECT_EQ(traffic[0].requests, 1u);
+  EXPECT_EQ(traffic[1].start - traffic[0].start, absl::Minutes(9));
+  EXPECT_TRUE(engine_.GetTarget("gemma-local")->status.traffic.empty());
+}
+
 TEST_F(EngineTest, MovesBackUpOnlyAfterRecoveryAndMinDwell) {
   Policy p;
   p.recovery_probes = 2;

@@ -275,7 +275,8 @@ function render() {
     const next = held ? el('td', {}, 'held until ' + new Date(t.heldUntil).toLocaleTimeString())
                       : el('td', {'data-until': t.nextCheck || ''}, until(t.nextCheck));
     return el('tr', {'data-target': t.name},
-        name, el('td', {}, badge(health)), el('td', {'data-since': t.since || ''}, ago(t.since)), next,
+        name, el('td', {}, badge(health)), el('td', {class: 'traffic'}, traffic(t)),
+        el('td', {'data-since': t.since || ''}, ago(t.since)), next,
         el('td', {'data-since': t.lastProbe || ''}, ago(t.lastProbe)), el('td', {class: 'error'}, t.lastError || '-'),
         actions);
   });
@@ -310,6 +311,30 @@ function renderEvents() {
       el('li', {'data-sequence': String(e.sequence), 'data-kind': eventKind(e)}, el('span', {class: 'seq'}, '#' + e.sequence),
          el('time', {datetime: e.time || ''}, fullTime(e.time)), ' ', describe(e)));
   $('events').replaceChildren(...items);
+}
+
+// A target's traffic over the last ten minutes, from its per-minute counts:
+// requests, the share that failed, the mean latency of timed successes.
+function traffic(target) {
+  const from = Date.now() - 10 * 60 * 1000;
+  let requests = 0;
+  let errors = 0;
+  let latency = 0;
+  let timed = 0;
+  for (const m of target.traffic || []) {
+    if (Date.parse(m.start) + 60 * 1000 <= from) continue;
+    requests += Number(m.requests || 0);
+    errors += Number(m.errors || 0);
+    if (m.latency) {
+      const ok = Number(m.requests || 0) - Number(m.errors || 0);
+      latency += parseFloat(m.latency) * ok;
+      timed += ok;
+    }
+  }
+  if (!requests) return '-';
+  const parts = [`${requests} req`, `${Math.round((100 * errors) / requests)}% err`];
+  if (timed) parts.push(`${Math.round((1000 * latency) / timed)} ms`);
+  return parts.join(' · ');
 }
 
 // Version, uptime and, in cluster mode, this replica's role, its leader and lag.
@@ -498,5 +523,7 @@ $('filter').addEventListener('input', (e) => {
   render();
 });
 setInterval(tick, 1000);
-setInterval(render, 30000);  // the timelines move on
+// Traffic changes without events, and the timelines move on: read the state
+// again now and then.
+setInterval(refreshSoon, 15000);
 start();

@@ -167,10 +167,12 @@ std::string ChainsTable(const std::vector<v1::ChainStatus>& chains) {
 std::string TargetsTable(const std::vector<v1::TargetStatus>& targets) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& t : targets) {
-    rows.push_back({t.name(), Health(t.health()), Ago(t.last_probe(), Now()),
-                    t.last_error().empty() ? "-" : t.last_error()});
+    // When the last check ran and what it found.
+    std::string check = Ago(t.last_probe(), Now());
+    if (!t.last_check().empty()) absl::StrAppend(&check, ": ", t.last_check());
+    rows.push_back({t.name(), Health(t.health()), check, t.last_error().empty() ? "-" : t.last_error()});
   }
-  return Table({"TARGET", "HEALTH", "LAST PROBE", "LAST ERROR"}, rows, 28);
+  return Table({"TARGET", "HEALTH", "LAST CHECK", "LAST ERROR"}, rows, 28);
 }
 
 struct Ctl {
@@ -356,6 +358,16 @@ std::string ClusterLine(const v1::ClusterStatus& c) {
       "cluster: this replica (", c.self(), ") is ", c.role() == v1::ClusterStatus::ROLE_LEADER ? "the leader" : "a follower",
       "; leader ", c.leader().empty() ? "none" : c.leader(), "; applied log entry ", c.applied_index(), " (etcd revision ",
       c.applied_revision(), "), lag ", c.lag(), "; leader changes ", c.leader_changes(), "\n");
+  if (c.replicas_size() > 0) {
+    absl::StrAppend(&line, "replicas (", c.replicas_size(), "): ");
+    for (int i = 0; i < c.replicas_size(); ++i) {
+      const v1::ClusterStatus::Replica& r = c.replicas(i);
+      absl::StrAppend(&line, i > 0 ? ", " : "", r.address(), " (", r.leader() ? "leader, " : "",
+                      r.version().empty() ? "version unknown" : r.version(),
+                      r.has_started() ? absl::StrCat(", started ", Ago(r.started(), Now())) : "", ")");
+    }
+    absl::StrAppend(&line, "\n");
+  }
   if (!c.etcd_error().empty()) absl::StrAppend(&line, "etcd: ", c.etcd_error(), "\n");
   if (!c.log_error().empty()) absl::StrAppend(&line, "log: ", c.log_error(), " (NOT_SERVING)\n");
   return line;

@@ -28,6 +28,7 @@ struct TargetStateRecord {
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time last_probe = absl::InfinitePast();
+  std::string last_check;  // what the last check found, as one line
 };
 
 // A chain's active target and state.

@@ -29,6 +29,7 @@ void HealthRecordToProto(const TargetStateRecord& r, v1::TargetHealthRecord* out
   out->set_last_error(r.last_error);
   TimeToProto(r.last_error_time, out->mutable_last_error_time());
   TimeToProto(r.last_probe, out->mutable_last_probe());
+  out->set_last_check(r.last_check);
 }
 
 absl::StatusOr<TargetStateRecord> HealthRecordFromProto(const v1::TargetHealthRecord& in, const std::string& path) {
@@ -44,6 +45,7 @@ absl::StatusOr<TargetStateRecord> HealthRecordFromProto(const v1::TargetHealthRe
   r.last_error = in.last_error();
   r.last_error_time = TimeFromProto(in.last_error_time());
   r.last_probe = TimeFromProto(in.last_probe());
+  r.last_check = in.last_check();
   return r;
 }
 

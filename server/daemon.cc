@@ -89,6 +89,7 @@ static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags
     return absl::InvalidArgumentError(
         absl::StrCat("--advertise-address: \"", absl::CHexEscape(flags.advertise_address), "\" is not host:port"));
   }
+  options.version = FAILOVERD_VERSION;
   options.etcd.ca = flags.etcd_ca;
   options.etcd.cert = flags.etcd_cert;
   options.etcd.key = flags.etcd_key;

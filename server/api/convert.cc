@@ -107,6 +107,7 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out) {
   out->set_reason(s.reason);
   if (s.since != absl::InfinitePast()) TimeToProto(s.since, out->mutable_since());
   if (s.last_probe != absl::InfinitePast()) TimeToProto(s.last_probe, out->mutable_last_probe());
+  out->set_last_check(s.last_check);
   out->set_last_error(s.last_error);
   if (s.last_error_time != absl::InfinitePast()) TimeToProto(s.last_error_time, out->mutable_last_error_time());
   if (s.held_until != absl::InfinitePast()) TimeToProto(s.held_until, out->mutable_held_until());

@@ -171,6 +171,13 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
     const std::string path = absl::StrCat("results[", i, "]");
     failover::ProbeResult result;
     result.lease_id = r.lease_id();
+    if (r.has_latency()) {
+      ASSIGN_OR_RETURN(result.latency, DurationFromProto(r.latency(), path + ".latency"));
+      if (result.latency < absl::ZeroDuration()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ".latency: must not be negative, got ",
+                                                       absl::FormatDuration(result.latency)));
+      }
+    }
     switch (r.outcome()) {
       case failover::v1::PROBE_OUTCOME_PASS: result.outcome = ProbeOutcome::kPass; break;
       case failover::v1::PROBE_OUTCOME_THROTTLED: result.outcome = ProbeOutcome::kThrottled; break;

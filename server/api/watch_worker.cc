@@ -128,6 +128,7 @@ class PublishedViews {
       s.reason = r.reason;
       s.since = r.since;
       s.last_probe = r.last_probe;
+      s.last_check = r.last_check;
       s.last_error = r.last_error;
       s.last_error_time = r.last_error_time;
       s.recovery_passes = r.recovery_passes;

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "proto/model_convert.h"
 #include "proto/state_convert.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
@@ -45,6 +46,10 @@ std::string Keys::SnapshotPart(uint64_t index, uint32_t part) const {
 
 std::string Keys::SnapshotPartsEnd() const { return RangeEndOf(prefix_ + "/snapshot-parts/"); }
 
+std::string Keys::Replica(absl::string_view address) const { return absl::StrCat(ReplicasPrefix(), address); }
+
+std::string Keys::ReplicasEnd() const { return RangeEndOf(ReplicasPrefix()); }
+
 std::string Keys::PrefixEnd() const { return RangeEndOf(prefix_ + "/"); }
 
 std::optional<uint64_t> Keys::IndexOf(absl::string_view key) const {
@@ -75,6 +80,24 @@ absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index) {
   for (const auto& e : entry.events()) change->events.push_back(api::EventFromProto(e));
   change->log_index = index;
   return change;
+}
+
+std::string EncodeCard(const ReplicaCard& card) {
+  ReplicaRecord out;
+  out.set_version(card.version);
+  out.set_started_unix_seconds(absl::ToUnixSeconds(card.started));
+  return out.SerializeAsString();
+}
+
+ReplicaCard DecodeCard(const Keys& keys, absl::string_view key, absl::string_view bytes) {
+  ReplicaCard card;
+  card.address = std::string(absl::StripPrefix(key, keys.ReplicasPrefix()));
+  ReplicaRecord in;
+  if (in.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    card.version = in.version();
+    if (in.started_unix_seconds() > 0) card.started = absl::FromUnixSeconds(in.started_unix_seconds());
+  }
+  return card;
 }
 
 }  // namespace failover::cluster

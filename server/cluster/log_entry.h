@@ -3,6 +3,7 @@
 //   <prefix>/log/<index>   the Change log, index from 1, 20 digits so keys sort as numbers
 //   <prefix>/snapshot      where the newest snapshot is, and its size
 //   <prefix>/snapshot-parts/<index>/<part>   the state at log entry <index>
+//   <prefix>/replicas/<address>   one per running replica, on its lease
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/change.h"
 
 namespace failover::cluster {
@@ -29,6 +31,9 @@ class Keys {
   std::string SnapshotPart(uint64_t index, uint32_t part) const;
   // The end of the key range of every snapshot's parts.
   std::string SnapshotPartsEnd() const;
+  std::string Replica(absl::string_view address) const;
+  std::string ReplicasPrefix() const { return prefix_ + "/replicas/"; }
+  std::string ReplicasEnd() const;
   // The end of the whole prefix's key range.
   std::string PrefixEnd() const;
   // The index in a log key; nullopt for any other key.
@@ -42,5 +47,16 @@ class Keys {
 std::string EncodeEntry(const Change& change, int64_t term);
 // The Change in an entry; INVALID_ARGUMENT naming the index when it does not parse.
 [[nodiscard]] absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index);
+
+// What a replica says about itself under <prefix>/replicas/.
+struct ReplicaCard {
+  std::string address;
+  std::string version;
+  absl::Time started = absl::InfinitePast();
+};
+std::string EncodeCard(const ReplicaCard& card);
+// The card under `key` (the address comes from the key). One that does not
+// parse still names its replica, with no version or start.
+ReplicaCard DecodeCard(const Keys& keys, absl::string_view key, absl::string_view bytes);
 
 }  // namespace failover::cluster

@@ -16,6 +16,7 @@
 #include "common/report_sender.h"
 #include "common/state_mirror.h"
 #include "common/utf8.h"
+#include "proto/model_convert.h"
 #include "proto/state_convert.h"
 #include "server/log/log.h"
 
@@ -605,6 +606,7 @@ void Replica::RunSession() {
         }
       }
     }
+    ListReplicas();
     {
       std::unique_lock<std::mutex> lock(mu_);
       changed_.wait_for(lock, absl::ToChronoNanoseconds(renew_every),
@@ -628,6 +630,33 @@ void Replica::RunSession() {
     }
     Compact();
   }
+}
+
+void Replica::ListReplicas() {
+  constexpr int kMostListed = 64;
+  const int64_t lease = lease_.load();
+  if (lease == 0) return;
+  if (card_lease_ != lease) {
+    etcdpb::PutRequest put;
+    put.set_key(keys_.Replica(advertise_));
+    put.set_value(EncodeCard({advertise_, options_.version, started_}));
+    put.set_lease(lease);
+    absl::StatusOr<etcdpb::PutResponse> written = etcd_->Put(put);
+    if (!written.ok()) return NoteEtcd(written.status());
+    card_lease_ = lease;
+  }
+  etcdpb::RangeRequest every;
+  every.set_key(keys_.ReplicasPrefix());
+  every.set_range_end(keys_.ReplicasEnd());
+  every.set_limit(kMostListed);
+  absl::StatusOr<etcdpb::RangeResponse> read = etcd_->Range(every);
+  if (!read.ok()) return NoteEtcd(read.status());
+  std::vector<ReplicaCard> replicas;
+  for (const mvccpb::KeyValue& kv : read->kvs()) {
+    if (HeldByALease(kv)) replicas.push_back(DecodeCard(keys_, kv.key(), kv.value()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  replicas_ = std::move(replicas);
 }
 
 bool Replica::AwaitLogAt(int64_t term) {
@@ -918,6 +947,13 @@ void Replica::Describe(failover::v1::ClusterStatus* out) const {
   out->set_leader(SanitizeUtf8(leader_address_, 256));
   out->set_etcd_error(SanitizeUtf8(etcd_error_, 1024));
   out->set_log_error(SanitizeUtf8(log_error_, 1024));
+  for (const ReplicaCard& card : replicas_) {
+    failover::v1::ClusterStatus::Replica* replica = out->add_replicas();
+    replica->set_address(SanitizeUtf8(card.address, 256));
+    replica->set_version(SanitizeUtf8(card.version, 64));
+    if (card.started != absl::InfinitePast()) api::TimeToProto(card.started, replica->mutable_started());
+    replica->set_leader(!card.address.empty() && card.address == leader_address_);
+  }
 }
 
 std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {

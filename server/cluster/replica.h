@@ -62,6 +62,8 @@ struct ReplicaOptions {
   uint64_t log_keep = 10000;
   // Outcomes waiting for the leader beyond this are dropped, oldest first.
   size_t relay_limit = 100000;
+  // What this replica's card under <prefix>/replicas/ says it runs.
+  std::string version;
 };
 
 class Replica final : public api::LeaderLink {
@@ -140,6 +142,8 @@ class Replica final : public api::LeaderLink {
   // Starts from the snapshot when the log no longer reaches back to this replica.
   absl::Status InstallSnapshot(int64_t revision);
   void NoteEtcd(const absl::Status& status);
+  // The session thread: this replica's card on its lease, then every card.
+  void ListReplicas();
   void SetLeaderAddress(std::string address);
   std::shared_ptr<grpc::Channel> LeaderChannel(std::string* address) const;
   bool SleepFor(absl::Duration d);  // false: stopping
@@ -168,6 +172,8 @@ class Replica final : public api::LeaderLink {
   std::atomic<uint64_t> seen_index_{0};   // the highest index seen in etcd
   std::atomic<int64_t> applied_revision_{0};
   std::atomic<int64_t> lease_{0};
+  int64_t card_lease_ = 0;  // the session thread's: the lease its card is on
+  absl::Time started_ = absl::Now();
   std::atomic<uint64_t> leader_changes_{0};
   std::atomic<uint64_t> snapshot_index_{0};  // the newest snapshot this replica knows of
   std::atomic<uint64_t> stuck_index_{0};     // the log entry this replica cannot apply (0: none)
@@ -181,6 +187,7 @@ class Replica final : public api::LeaderLink {
   std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
   std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;
+  std::vector<ReplicaCard> replicas_;  // every replica's card, as last read
   // An outcome on its way to the leader; `acked` (when set) hears of its arrival.
   struct Acked {
     bool done = false;

@@ -328,6 +328,7 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     t->rt->last_error = r.last_error;
     t->rt->last_error_time = r.last_error_time;
     t->rt->last_probe = r.last_probe;
+    t->rt->last_check = r.last_check;
   }
   for (const auto& [name, manual] : state.manual) {
     const TargetEntry* t = next->FindTarget(name);

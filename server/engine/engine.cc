@@ -107,6 +107,7 @@ TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
   r.last_error = rt.last_error;
   r.last_error_time = rt.last_error_time;
   r.last_probe = rt.last_probe;
+  r.last_check = rt.last_check;
   return r;
 }
 

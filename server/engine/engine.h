@@ -99,6 +99,7 @@ struct TargetRuntime {
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time last_probe = absl::InfinitePast();
+  std::string last_check;  // what the last check found, as one line
   std::unique_ptr<TrafficRing> traffic;  // counted outcomes per minute, for views; made at the first
 
   HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
@@ -259,6 +260,7 @@ struct ProbeResult {
   std::string lease_id;
   ProbeOutcome outcome = ProbeOutcome::kPass;
   OutcomeFacts facts;  // for kFail
+  absl::Duration latency = -absl::InfiniteDuration();  // how long the check took; negative = not said
 };
 
 struct ProbeRequest {
@@ -291,6 +293,7 @@ struct TargetStatus {
   std::string reason;
   absl::Time since = absl::InfinitePast();
   absl::Time last_probe = absl::InfinitePast();
+  std::string last_check;
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time held_until = absl::InfinitePast();

@@ -15,6 +15,27 @@ namespace failover {
 
 using namespace internal;  // NOLINT: the engine's own helpers
 
+namespace {
+
+// What a check found, for the status views: the result and, as a check's
+// output, its failure or how long it took.
+std::string CheckLine(ProbeOutcome outcome, const std::string& failure, absl::Duration latency) {
+  std::string took;
+  if (latency >= absl::ZeroDuration()) {
+    const absl::Duration unit = latency >= absl::Milliseconds(1) ? absl::Milliseconds(1) : absl::Microseconds(1);
+    took = absl::StrCat(" in ", absl::FormatDuration(absl::Trunc(latency, unit)));
+  }
+  switch (outcome) {
+    case ProbeOutcome::kPass: return absl::StrCat("passed", took);
+    case ProbeOutcome::kNotLoaded: return absl::StrCat("answered", took, "; model not loaded");
+    case ProbeOutcome::kThrottled: return absl::StrCat("rate limited", took, " (not judged)");
+    case ProbeOutcome::kFail: return absl::StrCat("failed", took, ": ", failure);
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
   const TargetRuntime& rt = *t.rt;
   if (!t.config.enabled || !t.health->has_health_check) return absl::InfiniteFuture();
@@ -84,6 +105,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     rt.lease_id.clear();
     ++response->accepted;
     rt.last_probe = now;
+    rt.last_check = CheckLine(outcome, summary, result.latency);
     observed->insert(t->config.name);
     if (outcome == ProbeOutcome::kFail) {
       rt.last_error = absl::StrCat("probe: ", summary);

@@ -25,6 +25,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     s.reason = t.rt->manual ? t.rt->manual_reason : t.rt->reason;
     s.since = t.rt->manual ? t.rt->manual_since : t.rt->health.since();
     s.last_probe = t.rt->last_probe;
+    s.last_check = t.rt->last_check;
     s.last_error = t.rt->last_error;
     s.last_error_time = t.rt->last_error_time;
     s.recovery_passes = t.rt->health.recovery_passes();

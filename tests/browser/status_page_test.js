@@ -10,13 +10,16 @@
 //   - the instance line, time in state and next check, DEGRADED set apart from
 //     FALLBACK, no Disable offered on a target a config file declares,
 //     events with date and zone filtered by kind and name, and no token box
-//     when failoverd has no tokens file.
+//     when failoverd has no tokens file; the last check's result;
+//   - in cluster mode (two replicas on a one-member etcd) the replicas, with
+//     the leader marked.
 // Saves a screenshot of the page.
 // usage: node status_page_test.js FAILOVERD FAILOVERCTL SCREENSHOT.png
 'use strict';
 const {spawn, execFileSync} = require('child_process');
 const fs = require('fs');
 const os = require('os');
+const net = require('net');
 const path = require('path');
 const puppeteer = require('puppeteer-core');
 
@@ -29,9 +32,9 @@ function fail(message) {
 }
 
 // `tokens`: start with a tokens file (and a config file declaring one target).
-async function startFailoverd(dir, tokens = true) {
+async function startFailoverd(dir, tokens = true, extra = []) {
   const args = ['--data-dir', path.join(dir, 'data'), '--listen', '127.0.0.1:0', '--port-file', path.join(dir, 'port'),
-                '--http-listen', '127.0.0.1:0', '--metrics-listen', ''];
+                '--http-listen', '127.0.0.1:0', '--metrics-listen', '', ...extra];
   if (tokens) {
     fs.writeFileSync(path.join(dir, 'tokens'), `admin ${ADMIN}\ndecide ${DECIDE}\n`);
     fs.mkdirSync(path.join(dir, 'config'));
@@ -49,6 +52,33 @@ async function startFailoverd(dir, tokens = true) {
   const grpcPort = Number(/ port=(\d+)/.exec(log)[1]);
   const httpPort = Number(/http_port=(\d+)/.exec(log)[1]);
   return {child, grpc: `127.0.0.1:${grpcPort}`, http: `http://127.0.0.1:${httpPort}`, log: () => log};
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer().listen(0, '127.0.0.1', () => {
+      const {port} = probe.address();
+      probe.close(() => resolve(port));
+    }).on('error', reject);
+  });
+}
+
+// A one-member etcd on loopback, for cluster mode.
+async function startEtcd(dir) {
+  const client = `http://127.0.0.1:${await freePort()}`;
+  const peer = `http://127.0.0.1:${await freePort()}`;
+  const child = spawn(process.env.ETCD || '/usr/bin/etcd',
+      ['--name', 'page', '--data-dir', path.join(dir, 'etcd'), '--listen-client-urls', client,
+       '--advertise-client-urls', client, '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer,
+       '--initial-cluster', `page=${peer}`], {stdio: ['ignore', 'ignore', 'pipe']});
+  let log = '';
+  child.stderr.on('data', (d) => { log += d; });
+  const deadline = Date.now() + 20000;
+  while (!/ready to serve client requests/.test(log)) {
+    if (Date.now() > deadline || child.exitCode !== null) fail('etcd did not start: ' + log);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {child, endpoint: client.replace('http://', '')};
 }
 
 function ctl(server, token, ...args) {
@@ -244,9 +274,69 @@ async function main() {
       await second.waitForFunction(() => document.getElementById('connection').textContent === 'live', {timeout: 10000});
       if (!(await second.$eval('#auth', (e) => e.hidden))) fail('a token box on a failoverd without tokens');
       console.log('ok   no token box when failoverd has no tokens file');
+
+      // A passing health check shows what it found, not only when.
+      fs.writeFileSync(path.join(open, 'one.yaml'),
+          'targets:\n  - name: checked-llm\n  - name: spare-llm\nchains:\n  - name: solo\n    targets: [checked-llm, spare-llm]\n');
+      execFileSync(failoverctl, ['--server', plain.grpc, 'apply', '-f', path.join(open, 'one.yaml')]);
+      const probe = async (body) => {
+        const reply = await fetch(plain.http + '/v1/probe', {method: 'POST', body: JSON.stringify(body),
+                                                             headers: {'content-type': 'application/json'}});
+        if (!reply.ok) fail('POST /v1/probe: ' + reply.status + ' ' + await reply.text());
+        return reply.json();
+      };
+      const task = ((await probe({proberId: 'page-test'})).tasks || []).find((t) => t.target === 'checked-llm');
+      if (!task) fail('no health check handed out for checked-llm');
+      const taken = await probe({proberId: 'page-test', results: [{leaseId: task.leaseId, outcome: 'PROBE_OUTCOME_PASS',
+                                                                   latency: '0.085s'}]});
+      if (taken.resultsAccepted !== 1) fail('the check result was not taken: ' + JSON.stringify(taken));
+      await second.waitForFunction(() => {
+        const row = document.querySelector('#targets tr[data-target="checked-llm"]');
+        return row && row.children[5].textContent.includes('passed in 85ms');
+      }, {timeout: 5000}).catch(async () => fail('last check: ' + await second.$eval('#targets', (t) => t.textContent)));
+      console.log('ok   a target shows its last check\'s result: passed in 85ms');
     } finally {
       plain.child.kill('SIGTERM');
       fs.rmSync(open, {recursive: true, force: true});
+    }
+
+    // In cluster mode the page lists the replicas and marks the leader.
+    const clusterDir = fs.mkdtempSync(path.join(os.tmpdir(), 'failoverd-page-cluster-'));
+    const started = [];
+    try {
+      const etcd = await startEtcd(clusterDir);
+      started.push(etcd);
+      const flags = ['--etcd-endpoints', etcd.endpoint, '--etcd-prefix', '/page', '--leader-lease', '2'];
+      for (const name of ['one', 'two']) {
+        fs.mkdirSync(path.join(clusterDir, name));
+        started.push(await startFailoverd(path.join(clusterDir, name), false, flags));
+      }
+      // Each replica lists the cards in etcd every third of a lease: wait
+      // until the one the page asks knows both.
+      const deadline = Date.now() + 15000;
+      const known = () => (JSON.parse(execFileSync(failoverctl, ['--server', started[1].grpc, '-o', 'json', 'status'],
+                                                   {encoding: 'utf8'})).cluster.replicas || []).length;
+      while (known() !== 2) {
+        if (Date.now() > deadline) fail('the replicas never listed each other');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const third = await browser.newPage();
+      await third.goto(started[1].http, {waitUntil: 'load'});
+      await third.waitForFunction((addresses) => {
+        const shown = [...document.querySelectorAll('#replicas .replica')];
+        return !document.getElementById('replicas').hidden && shown.length === 2 &&
+            shown.filter((r) => r.classList.contains('leader')).length === 1 &&
+            addresses.every((a) => shown.some((r) => r.dataset.address === a)) &&
+            /cluster leader|follower of 127/.test(document.getElementById('instance').textContent);
+      }, {timeout: 15000}, [started[1].grpc, started[2].grpc]).catch(async () => {
+        fail('replicas: ' + await third.$eval('header', (h) => h.textContent) +
+             await third.$eval('#replicas', (e) => e.outerHTML));
+      });
+      console.log('ok   in cluster mode the page lists the replicas: ' +
+                  await third.$eval('#replicas', (e) => e.textContent));
+    } finally {
+      for (const p of started.reverse()) p.child.kill('SIGTERM');
+      fs.rmSync(clusterDir, {recursive: true, force: true});
     }
   } finally {
     if (browser) await browser.close();

@@ -168,6 +168,12 @@ TEST_F(BadInputTest, EveryCallerControlledBoundNamesItself) {
   v1::ProbeResponse tasks;
   ExpectError(decide_->Probe(Ctx().get(), probe, &tasks), grpc::StatusCode::INVALID_ARGUMENT,
               "results: at most 1024 results per call, got 1025");
+  v1::ProbeRequest backwards;
+  v1::ProbeResult* timed = backwards.add_results();
+  timed->set_outcome(v1::PROBE_OUTCOME_PASS);
+  timed->mutable_latency()->set_seconds(-2);
+  ExpectError(decide_->Probe(Ctx().get(), backwards, &tasks), grpc::StatusCode::INVALID_ARGUMENT,
+              "results[0].latency: must not be negative, got -2s");
   ExpectUnchanged();
 }
 

@@ -167,6 +167,21 @@ class ClusterTest : public ::testing::Test {
     return -1;
   }
 
+  // Applies `config` at the leader and waits until every replica that answers
+  // has applied it too: a follower applies the log a moment after the leader
+  // answers, and one that started a moment ago a little later still.
+  void ApplyAtLeader(const v1::ApplyRequest& config) {
+    ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), config).ok());
+    const uint64_t index = Status(leader_).applied_index();
+    for (int i = 0; i < kReplicas; ++i) {
+      ClusterStatus s;
+      EXPECT_TRUE(Within(5, [&] {
+        s = Status(i);
+        return s.role() == ClusterStatus::ROLE_UNSPECIFIED || s.applied_index() >= index;
+      })) << "replica " << i << " did not apply entry " << index << ": " << s.DebugString();
+    }
+  }
+
   // Chain "ch" of "a" then "b"; `errors` counted failures within a minute trip a target.
   static v1::ApplyRequest Config(uint32_t errors) {
     v1::ApplyRequest config = TwoTargetConfig();
@@ -306,13 +321,27 @@ TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
   EXPECT_EQ(status.self(), Address(follower));
   EXPECT_GE(status.applied_index(), 2u);
   EXPECT_TRUE(status.etcd_error().empty()) << status.etcd_error();
+  // Every replica is listed, by address, with the leader marked.
+  ClusterStatus listed;
+  ASSERT_TRUE(Within(5, [&] { return (listed = Status(follower)).replicas_size() == kReplicas; }))
+      << listed.DebugString();
+  std::set<std::string> addresses;
+  for (const ClusterStatus::Replica& r : listed.replicas()) {
+    addresses.insert(r.address());
+    EXPECT_EQ(r.leader(), r.address() == Address(leader_)) << r.DebugString();
+    EXPECT_FALSE(r.version().empty()) << r.DebugString();
+    EXPECT_GT(r.started().seconds(), 0) << r.DebugString();
+  }
+  EXPECT_EQ(addresses, (std::set<std::string>{Address(0), Address(1), Address(2)}));
   const CommandResult ctl = RunCommand({FailoverctlBinary(), "--server", Address(follower), "status"});
   EXPECT_EQ(ctl.exit_code, 0) << ctl.err;
   EXPECT_NE(ctl.out.find("is a follower; leader " + Address(leader_)), std::string::npos) << ctl.out;
+  EXPECT_NE(ctl.out.find("replicas (3): "), std::string::npos) << ctl.out;
+  EXPECT_NE(ctl.out.find(Address(leader_) + " (leader"), std::string::npos) << ctl.out;
 }
 
 TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int follower = Follower();
   ASSERT_TRUE(Within(5, [&] { return Active(follower) == "a"; }));
   const v1::ReportOutcomeResponse verdict = Fail(follower, "a");
@@ -333,7 +362,7 @@ TEST_F(ClusterTest, EveryReplicaExportsTheSeriesTheAlertsRead) {
   }
   leader_ = AwaitLeader();
   ASSERT_GE(leader_, 0);
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int follower = Follower();
   ASSERT_TRUE(Within(5, [&] { return Active(follower) == "a"; }));
   Fail(follower, "a");
@@ -359,7 +388,7 @@ TEST_F(ClusterTest, EveryReplicaExportsTheSeriesTheAlertsRead) {
 }
 
 TEST_F(ClusterTest, FailuresSpreadOverReplicasTripAtTheThreshold) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(3)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(3)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
   // Two failures, on two replicas: below the threshold of three.
   Fail(Follower(), "a");
@@ -373,7 +402,7 @@ TEST_F(ClusterTest, FailuresSpreadOverReplicasTripAtTheThreshold) {
 TEST_F(ClusterTest, ProbeLeasesStayOnePerTargetWithProbersOnEveryReplica) {
   v1::ApplyRequest config = Config(3);
   *config.mutable_chains(0)->mutable_policy()->mutable_probe()->mutable_interval() = Millis(60000);
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), config).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
   std::map<std::string, int> handed;
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kReplicas; ++i) {
@@ -391,7 +420,7 @@ TEST_F(ClusterTest, ProbeLeasesStayOnePerTargetWithProbersOnEveryReplica) {
 }
 
 TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   ASSERT_TRUE(Pin(leader_, "b").ok());  // acknowledged by the leader that is about to die
   const int watched = Follower();
   // A watcher on one replica, to resume on another after the leader is gone.
@@ -413,10 +442,13 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
   }
   ASSERT_GT(last_seen, 0u);
 
-  // Decisions go on on the survivors all along.
+  // Decisions go on on the survivors all along (each has the chain first:
+  // a follower applies the log a moment after the leader answers).
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Pinned(i) == "b"; })) << "replica " << i;
   const int old_leader = leader_;
   std::atomic<bool> stop{false};
   std::atomic<int> failed_picks{0};
+  std::string first_failure;  // the picker's, read after it joins
   std::thread picker([&] {
     while (!stop) {
       for (int i = 0; i < kReplicas; ++i) {
@@ -424,7 +456,10 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
         v1::PickTargetRequest req;
         req.set_chain("ch");
         v1::PickTargetResponse resp;
-        if (!Decide(i)->PickTarget(Ctx(2).get(), req, &resp).ok()) ++failed_picks;
+        const grpc::Status picked = Decide(i)->PickTarget(Ctx(2).get(), req, &resp);
+        if (!picked.ok() && failed_picks++ == 0) {
+          first_failure = absl::StrCat("replica ", i, ": ", picked.error_code(), " ", picked.error_message());
+        }
       }
     }
   });
@@ -436,10 +471,20 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
   picker.join();
   ASSERT_GE(leader_, 0);
   EXPECT_LT(took, 2.0 + 1.0 + 1.0) << "lease 2 s; a new leader took " << took << " s";
-  EXPECT_EQ(failed_picks.load(), 0);
+  EXPECT_EQ(failed_picks.load(), 0) << first_failure;
   for (int i = 0; i < kReplicas; ++i) {
     if (i == old_leader) continue;
     EXPECT_EQ(Pinned(i), "b") << "replica " << i;
+    // The dead one drops out of the replicas listed with its lease.
+    ClusterStatus listed;
+    EXPECT_TRUE(Within(5, [&] {
+      listed = Status(i);
+      if (listed.replicas_size() != kReplicas - 1) return false;
+      for (const ClusterStatus::Replica& r : listed.replicas()) {
+        if (r.address() == Address(old_leader) || r.leader() != (r.address() == Address(leader_))) return false;
+      }
+      return true;
+    })) << "replica " << i << ": " << listed.DebugString();
   }
   // The new leader decides: unpinning and a trip still work.
   v1::UnpinChainRequest unpin;
@@ -468,7 +513,7 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
 }
 
 TEST_F(ClusterTest, APausedLeaderWritesNothingAfterItsLease) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int paused = leader_;
   ASSERT_EQ(kill(proc(paused).pid(), SIGSTOP), 0);
   leader_ = AwaitLeader(10, {paused});
@@ -503,7 +548,7 @@ TEST_F(ClusterTest, APausedLeaderWritesNothingAfterItsLease) {
 }
 
 TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const size_t entries = LogTerms().size();
   // Another replica's key replaces this leader's while its lease still runs
   // (as after a pause): it still takes itself for the leader; its writes are
@@ -559,7 +604,7 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
 // leader dies the survivors clear it and elect one of themselves, and admin
 // calls reach that one, not the hand-written address.
 TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int old_leader = leader_;
   ASSERT_EQ(kill(proc(old_leader).pid(), SIGKILL), 0);
   proc(old_leader).WaitExit(10);
@@ -585,7 +630,7 @@ TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
 // and reports NOT_SERVING (it would serve a plan that ignores the pin) until
 // the entry reads again; then it catches up and serves.
 TEST_F(ClusterTest, AReplicaThatCannotApplyTheLogSaysWhichEntryAndIsNotServing) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   ASSERT_TRUE(Pin(leader_, "b").ok());
   const uint64_t last = Status(leader_).applied_index();
   ASSERT_GE(last, 2u);
@@ -620,7 +665,7 @@ TEST_F(ClusterTest, AReplicaThatCannotApplyTheLogSaysWhichEntryAndIsNotServing) 
 // under its fence, and the cluster goes on: a leader, changes, every replica
 // at the same index.
 TEST_F(ClusterTest, GarbageAtTheNextLogIndexDoesNotStopElections) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const uint64_t last = Status(leader_).applied_index();
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Status(i).applied_index() == last; }));
   PutLog(last + 1, std::string("\x0a\xff\xff\xff\xff", 5));
@@ -640,7 +685,7 @@ TEST_F(ClusterTest, GarbageAtTheNextLogIndexDoesNotStopElections) {
 // counts it once (it was counted again on every resend: one failure's trip
 // showed three times).
 TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1000)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1000)));
   const int f = Follower();
   ASSERT_TRUE(Within(5, [&] { return Status(f).applied_index() == Status(leader_).applied_index(); }));
   FakeLeader fake;
@@ -716,7 +761,7 @@ TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
 // cluster has settled every replica shows the same last error (the leader's,
 // saved with its next tick), not each its own callers' last one.
 TEST_F(ClusterTest, EveryReplicaShowsTheSameLastError) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1000)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1000)));
   const int f1 = Follower();
   const int f2 = Follower(f1);
   auto fail = [&](int i, const std::string& message) {
@@ -747,7 +792,7 @@ TEST_F(ClusterTest, EveryReplicaShowsTheSameLastError) {
 }
 
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
   // One apply larger than etcd takes in a request (the suite's etcd: 512 KiB).
   v1::ApplyRequest huge = Config(1);
@@ -780,7 +825,7 @@ TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
 }
 
 TEST_F(ClusterTest, LosingAnEtcdMemberChangesNothing) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
   etcd_->Kill(0);
   for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Active(i), "a");
@@ -792,7 +837,7 @@ TEST_F(ClusterTest, LosingAnEtcdMemberChangesNothing) {
 }
 
 TEST_F(ClusterTest, WithoutEtcdDecisionsGoOnAndAdminIsRefusedUntilItReturns) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));
   for (int m = 0; m < etcd_->size(); ++m) etcd_->Kill(m);
   // Decisions: from each replica's last state.
@@ -822,7 +867,7 @@ TEST_F(ClusterTest, WithoutEtcdDecisionsGoOnAndAdminIsRefusedUntilItReturns) {
 }
 
 TEST_F(ClusterTest, ARestartedReplicaCatchesUp) {
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int away = Follower();
   ASSERT_TRUE(Within(5, [&] { return Active(away) == "a"; }));
   proc(away).Stop(SIGKILL);
@@ -845,7 +890,7 @@ TEST_F(ClusterTest, ALeaderWhoseDiskRefusesWritesStepsDown) {
   if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   SmallDisk disk(32);
   if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here";
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   // A follower moves onto the small disk and is made the leader: the other
   // follower is paused while the leader dies.
   const int small = Follower();
@@ -878,7 +923,7 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   }
   leader_ = AwaitLeader();
   ASSERT_GE(leader_, 0);
-  ASSERT_TRUE(ApplyConfig(Admin(leader_).get(), Config(1)).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int away = Follower();
   proc(away).Stop(SIGKILL);
   for (int round = 0; round < 6; ++round) {

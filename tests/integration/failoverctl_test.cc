@@ -112,7 +112,7 @@ TEST_F(FailoverctlTest, GetInEveryOutputForm) {
   // -o yaml is a config file: the keys and words a person writes.
   EXPECT_EQ(yaml.out, "targets:\n  - name: gemma-local\n    kind: local\n    warm: true\n");
   CommandResult targets = Ctl({"get", "targets"});
-  EXPECT_THAT(targets.out, HasSubstr("TARGET       HEALTH   LAST PROBE  LAST ERROR"));
+  EXPECT_THAT(targets.out, HasSubstr("TARGET       HEALTH   LAST CHECK  LAST ERROR"));
 }
 
 // What get -o yaml prints applies back unchanged, every kind of setting included.

@@ -10,6 +10,7 @@ namespace failover::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 class ProbeIntegrationTest : public ApiTest {
  protected:
@@ -47,11 +48,13 @@ TEST_F(ProbeIntegrationTest, TheAgentTakesThePrimaryDownKeepsItDownAndBringsItBa
   auto agent = Agent("agent-1");
   ASSERT_TRUE(Eventually([&] { return Primary().health() == v1::HEALTH_STATE_HEALTHY; })) << agent->Stderr();
   EXPECT_EQ(upstream_.last_authorization(), "Bearer sk-test");
+  EXPECT_THAT(Primary().last_check(), MatchesRegex("passed in [0-9.]+(us|ms|s)"));  // the agent times its checks
 
   upstream_.set_mode(FakeUpstream::Mode::kServerError);
   ASSERT_TRUE(Eventually([&] { return Primary().health() == v1::HEALTH_STATE_DOWN; }));
   EXPECT_EQ(Chain("ch").status().active_target(), "fallback");
   EXPECT_THAT(Primary().last_error(), HasSubstr("500"));
+  EXPECT_THAT(Primary().last_check(), MatchesRegex("failed in [0-9.]+(us|ms|s): 500.*"));
   // It stays down while the upstream keeps failing: more probes, still DOWN.
   const int seen = upstream_.requests();
   ASSERT_TRUE(Eventually([&] { return upstream_.requests() >= seen + 3; }));

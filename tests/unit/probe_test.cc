@@ -205,6 +205,29 @@ TEST_F(ProbeTest, AFailedCheckThatMetARateLimitCountsAsThrottledButAnExhaustedQu
   EXPECT_EQ(Health("remote"), HealthState::kDown);
 }
 
+// What each check found is kept beside its time: a passing check's too.
+TEST_F(ProbeTest, TheLastCheckSaysWhatItFoundAndHowLongItTook) {
+  auto last_check = [&](const std::string& t) { return engine_.GetTarget(t)->status.last_check; };
+  EXPECT_EQ(last_check("remote"), "");  // never checked
+  std::map<std::string, ProbeTask> tasks = ByTarget(Call());
+  ProbeResult pass = Result(tasks["remote"], ProbeOutcome::kPass);
+  pass.latency = absl::Milliseconds(85.4);
+  Call({pass, Result(tasks["warm-local"], ProbeOutcome::kNotLoaded)});
+  EXPECT_EQ(last_check("remote"), "passed in 85ms");
+  EXPECT_EQ(last_check("warm-local"), "answered; model not loaded");
+  now_ += absl::Minutes(1);
+  ProbeResult limited = Result(TaskFor("remote"), ProbeOutcome::kFail, 429);
+  limited.facts.message = "Rate limit reached for requests";
+  Call({limited});
+  EXPECT_EQ(last_check("remote"), "rate limited (not judged)");  // no latency said
+  now_ += absl::Minutes(1);
+  ProbeResult failed = Result(TaskFor("remote"), ProbeOutcome::kFail, 503);
+  failed.facts.message = "overloaded";
+  failed.latency = absl::Microseconds(420);
+  Call({failed});
+  EXPECT_EQ(last_check("remote"), "failed in 420us: 503 \"overloaded\"");
+}
+
 TEST_F(ProbeTest, NotLoadedIsALivenessPassForAWarmLocalTarget) {
   ProbeTask task = TaskFor("warm-local");
   Call({Result(task, ProbeOutcome::kNotLoaded)});

@@ -277,7 +277,9 @@ function render() {
     return el('tr', {'data-target': t.name},
         name, el('td', {}, badge(health)), el('td', {class: 'traffic'}, traffic(t)),
         el('td', {'data-since': t.since || ''}, ago(t.since)), next,
-        el('td', {'data-since': t.lastProbe || ''}, ago(t.lastProbe)), el('td', {class: 'error'}, t.lastError || '-'),
+        el('td', {}, el('span', {'data-since': t.lastProbe || ''}, ago(t.lastProbe)),
+           ...(t.lastCheck ? [el('br', {}), el('span', {class: 'check'}, t.lastCheck)] : [])),
+        el('td', {class: 'error'}, t.lastError || '-'),
         actions);
   });
   $('targets').tBodies[0].replaceChildren(...targetRows);
@@ -337,7 +339,8 @@ function traffic(target) {
   return parts.join(' · ');
 }
 
-// Version, uptime and, in cluster mode, this replica's role, its leader and lag.
+// Version, uptime and, in cluster mode, this replica's role, its leader and
+// lag, and the replicas that hold a lease in etcd.
 function renderInstance(status) {
   const parts = ['failoverd ' + (status.version || '?')];
   const uptime = parseFloat(status.uptime || '0');
@@ -352,10 +355,16 @@ function renderInstance(status) {
     parts.push('single node');
   }
   $('instance').textContent = parts.join(' · ');
+  const replicas = cluster.replicas || [];
+  $('replicas').hidden = replicas.length === 0;
+  $('replicas').replaceChildren(...(replicas.length ? [el('span', {class: 'note'}, `Replicas (${replicas.length}):`)] : []),
+      ...replicas.map((r) => el('span', {class: 'replica' + (r.leader ? ' leader' : ''), 'data-address': r.address},
+          [r.address, r.leader ? 'leader' : '', r.version || '', r.started ? 'up ' + ago(r.started) : '']
+              .filter(Boolean).join(' · '))));
 }
 
 function tick() {
-  for (const cell of document.querySelectorAll('td[data-since]')) cell.textContent = ago(cell.getAttribute('data-since'));
+  for (const cell of document.querySelectorAll('td[data-since], span[data-since]')) cell.textContent = ago(cell.getAttribute('data-since'));
   for (const cell of document.querySelectorAll('td[data-until]')) cell.textContent = until(cell.getAttribute('data-until'));
 }
 

@@ -108,6 +108,13 @@ static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags
   options.log_keep = flags.etcd_log_keep;
   options.lease = absl::Seconds(static_cast<int64_t>(flags.leader_lease_seconds));
   options.peer_ca = flags.peer_ca.empty() ? flags.tls_client_ca : flags.peer_ca;
+  if (!flags.tokens_file.empty() && flags.tls_cert.empty() && !flags.peer_plaintext) {
+    // Followers pass admin calls on with the caller's token and relay
+    // outcomes with one from the file: without TLS anyone on the path reads them.
+    return absl::InvalidArgumentError(
+        "--tokens-file in cluster mode without TLS: replicas would send tokens to each other in the clear; set "
+        "--tls-cert and --tls-key (replicas then call each other over TLS), or --peer-plaintext to accept it");
+  }
   if (!flags.tls_cert.empty()) {
     // Replicas call each other on their TLS port, presenting their own certificate.
     options.peer_cert = flags.tls_cert;

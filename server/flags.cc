@@ -160,6 +160,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "Cluster mode: file holding the etcd user's password (one line)");
   app.add_option("--peer-ca", flags->peer_ca,
                  "Cluster mode with TLS: CA (PEM) of the other replicas' server certificates (default: --tls-client-ca)");
+  app.add_flag("--peer-plaintext", flags->peer_plaintext,
+               "Cluster mode with --tokens-file and no TLS: start anyway, though replicas then send callers' tokens "
+               "and their relay token to each other in the clear (only on a network no one else can read)");
   try {
     app.parse(argc, argv);
     flags->max_watchers_given = max_watchers->count() > 0;

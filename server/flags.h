@@ -50,6 +50,7 @@ struct Flags {
   std::string etcd_user;
   std::string etcd_password_file;
   std::string peer_ca;  // verifies the other replicas' server certificates
+  bool peer_plaintext = false;  // tokens may cross between replicas without TLS
 };
 
 // Parses the command line into `flags`. Returns an exit code when failoverd

@@ -178,6 +178,16 @@ printf 'replicaCount: 3\ncluster:\n  etcd: {endpoints: ["etcd:2379"]}\n  podAnti
 if grep -q -- "--etcd-endpoints\|kind: PodDisruptionBudget\|podAntiAffinity" "$work/single.yaml"; then
   echo "cluster settings rendered for a single replica"; exit 1
 fi
+# Tokens between replicas: over TLS, or in the clear only when asked.
+printf 'cluster:\n  etcd: {endpoints: ["etcd:2379"]}\nauth: {existingSecret: t}\n' > "$work/tokens-plain.yaml"
+if "$helm" template demo "$chart" -f "$work/tokens-plain.yaml" > /dev/null 2> "$work/err"; then
+  echo "cluster mode rendered with tokens and no TLS"; exit 1
+fi
+grep -q "cluster.peerPlaintext" "$work/err" || { cat "$work/err"; exit 1; }
+printf 'cluster:\n  etcd: {endpoints: ["etcd:2379"]}\n  peerPlaintext: true\nauth: {existingSecret: t}\n' > "$work/tokens-clear.yaml"
+"$helm" template demo "$chart" -f "$work/tokens-clear.yaml" | grep -qF -- "--peer-plaintext" ||
+  { echo "cluster.peerPlaintext did not pass --peer-plaintext"; exit 1; }
+if grep -qF -- "--peer-plaintext" "$work/cluster.yaml"; then echo "--peer-plaintext rendered beside TLS"; exit 1; fi
 printf 'cluster:\n  etcd: {endpoints: ["etcd.db.svc"]}\n' > "$work/noport.yaml"
 if "$helm" template demo "$chart" -f "$work/noport.yaml" > /dev/null 2>&1; then echo "an endpoint without a port rendered"; exit 1; fi
 

@@ -15,6 +15,7 @@
 
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "server/cluster/replica.h"
@@ -26,6 +27,7 @@ namespace failover::testing {
 namespace {
 
 using v1::ClusterStatus;
+using ::testing::HasSubstr;
 
 constexpr int kReplicas = 3;
 
@@ -295,6 +297,29 @@ class ClusterTest : public ::testing::Test {
 };
 
 EtcdCluster* ClusterTest::etcd_ = nullptr;
+
+// Followers pass admin calls on with the caller's token and relay outcomes
+// with one from the tokens file: over plaintext only when the operator says so.
+TEST_F(ClusterTest, TokensCrossBetweenReplicasInTheClearOnlyWhenAskedTo) {
+  TempDir data, secrets;
+  const std::string tokens = secrets.path() + "/tokens";
+  std::ofstream(tokens) << "admin adm-secret\npeer peer-secret\n";
+  const std::vector<std::string> args = {"--etcd-endpoints", etcd_->Endpoints(), "--etcd-prefix", prefix_ + "-tokens",
+                                         "--tokens-file", tokens};
+  FailoverdProcess refused({data.path(), args});
+  std::string error;
+  EXPECT_FALSE(refused.Start(&error));
+  EXPECT_THAT(error, HasSubstr("--tokens-file in cluster mode without TLS"));
+  EXPECT_THAT(error, HasSubstr("--peer-plaintext"));
+  std::vector<std::string> accepted = args;
+  accepted.push_back("--peer-plaintext");
+  FailoverdProcess started({data.path(), accepted});
+  ASSERT_TRUE(started.Start(&error)) << error;
+  const CommandResult status =
+      RunCommand({FailoverctlBinary(), "--server", started.address(), "--token", "adm-secret", "status"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("cluster: this replica"));
+}
 
 TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
   const int follower = Follower();

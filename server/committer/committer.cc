@@ -93,6 +93,10 @@ absl::Status Committer::Await(uint64_t ticket) {
   for (const DroppedTickets& d : dropped_) {
     if (ticket >= d.first && ticket <= d.last) return d.why;
   }
+  if (ticket <= forgotten_through_) {
+    return absl::UnavailableError(
+        "whether this change was saved is no longer known: many changes were dropped since; look at the state again");
+  }
   if (durable_ >= ticket) return absl::OkStatus();
   return failure_;
 }
@@ -190,8 +194,15 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
     const absl::Status why(written.code(), written.message());  // without the mark
     failure_ = why;
     failed_up_to_ = last;
-    dropped_.push_back(DroppedTickets{last - count + 1, last, why});
-    if (dropped_.size() > 64) dropped_.pop_front();
+    if (!dropped_.empty() && dropped_.back().last + 1 == last - count + 1 && dropped_.back().why == why) {
+      dropped_.back().last = last;
+    } else {
+      dropped_.push_back(DroppedTickets{last - count + 1, last, why});
+    }
+    if (dropped_.size() > kDroppedKept) {
+      forgotten_through_ = dropped_.front().last;
+      dropped_.pop_front();
+    }
     published_ = last;
     done_.notify_all();
   } else {

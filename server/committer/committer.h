@@ -131,14 +131,18 @@ class Committer {
   bool stopped_ = false;
   bool failing_ = false;  // the last write failed; retried after retry_interval_
   const Mode mode_;
-  // Tickets dropped (Dropped), the latest few, so a later durable write does
-  // not make them look written.
+  // Tickets dropped (Dropped), the latest kDroppedKept ranges (adjacent ones
+  // with the same error merged), so a later durable write does not make them
+  // look written. Up to forgotten_through_ a ticket's fate may be forgotten:
+  // Await answers an error there rather than guess OK.
   struct DroppedTickets {
     uint64_t first;
     uint64_t last;
     absl::Status why;
   };
+  static constexpr size_t kDroppedKept = 1024;
   std::deque<DroppedTickets> dropped_;
+  uint64_t forgotten_through_ = 0;
   std::atomic<size_t> max_batch_{0};
   std::thread thread_;
 };

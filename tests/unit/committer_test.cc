@@ -177,6 +177,31 @@ class RefusedWriteTest : public ::testing::Test {
   std::vector<bool> health_;
 };
 
+// A change dropped (never to be written) stays failed however many writes
+// follow: never an OK from a durable index that passed it, even after the
+// committer has forgotten which of many interleaved drops were which.
+TEST(CommitterTest, ADroppedChangeIsNeverReportedSaved) {
+  int writes = 0;
+  Committer committer(
+      [&](const std::vector<const Change*>&) {
+        return ++writes % 2 == 1 ? Dropped(absl::FailedPreconditionError("no longer the leader"))
+                                 : absl::OkStatus();
+      },
+      [](const Change&) {}, [](const absl::Status&) {}, absl::Seconds(1), Committer::Mode::kCallerDriven);
+  const uint64_t first = committer.Submit(ChangeWithEvents(1, 1));
+  const absl::Status dropped = committer.Await(first);
+  EXPECT_EQ(dropped.code(), absl::StatusCode::kFailedPrecondition) << dropped;
+  // Thousands of drops, each between two durable writes.
+  std::vector<uint64_t> saved;
+  for (uint64_t i = 0; i < 5000; ++i) {
+    const uint64_t ticket = committer.Submit(ChangeWithEvents(2 + i, 1));
+    if (committer.Await(ticket).ok()) saved.push_back(ticket);
+  }
+  ASSERT_EQ(saved.size(), 2500u);
+  EXPECT_FALSE(committer.Await(first).ok());
+  EXPECT_TRUE(committer.Await(saved.back()).ok());
+}
+
 // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): the report
 // whose trip cannot be saved still gets its verdict, naming the write error.
 TEST_F(RefusedWriteTest, TheVerdictStandsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {

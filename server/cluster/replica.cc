@@ -112,6 +112,17 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
       return Dropped(absl::UnavailableError(
           "not saved: this replica is no longer the cluster's leader; the change was dropped, try again"));
     }
+    // When a later group fails, the batch's first changes may already be in
+    // etcd (earlier groups, or entries that were there before): those are
+    // saved, and their callers hear so; the rest is dropped.
+    auto saved_before = [&](size_t first_unwritten) {
+      const uint64_t through = first_unwritten > 0 ? fresh[first_unwritten - 1]->log_index : 0;
+      size_t saved = 0;
+      while (saved < changes.size() && (changes[saved]->log_index <= in_etcd || changes[saved]->log_index <= through)) {
+        ++saved;
+      }
+      return saved;
+    };
     // One fenced transaction per group of entries under etcd's request limit
     // (1.5 MiB by default); a single larger entry goes alone and etcd judges it.
     size_t next = 0;
@@ -140,17 +151,18 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
         StepDown(absl::StrCat("cannot write the change log: ", written.status().message()));
         const bool refused = written.status().code() == absl::StatusCode::kInvalidArgument ||
                              written.status().code() == absl::StatusCode::kResourceExhausted;
-        return Dropped(absl::Status(
-            refused ? written.status().code() : absl::StatusCode::kUnavailable,
-            absl::StrCat("not saved: cannot write the change log to etcd (", written.status().message(),
-                         "); the change was dropped", refused ? "" : ", try again")));
+        return Dropped(absl::Status(refused ? written.status().code() : absl::StatusCode::kUnavailable,
+                                    absl::StrCat("not saved: cannot write the change log to etcd (",
+                                                 written.status().message(), "); the change was dropped",
+                                                 refused ? "" : ", try again")),
+                       saved_before(first));
       }
       NoteEtcd(absl::OkStatus());
       if (!written->succeeded()) {
         StepDown("another replica holds the leader key");
-        return Dropped(absl::UnavailableError(
-            "not saved: this replica lost the cluster's leadership before the change was written; the change was "
-            "dropped, try again"));
+        return Dropped(absl::UnavailableError("not saved: this replica lost the cluster's leadership before the "
+                                              "change was written; the change was dropped, try again"),
+                       saved_before(first));
       }
       const uint64_t last = fresh[next - 1]->log_index;
       uint64_t known = etcd_index_.load();

@@ -1,8 +1,11 @@
 #include "server/committer/committer.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace failover {
@@ -11,12 +14,19 @@ thread_local Committer::Scope* current_scope = nullptr;
 constexpr char kDroppedPayload[] = "type.googleapis.com/failoverd.Dropped";
 }  // namespace
 
-absl::Status Dropped(absl::Status status) {
-  status.SetPayload(kDroppedPayload, absl::Cord("dropped"));
+absl::Status Dropped(absl::Status status, size_t saved) {
+  status.SetPayload(kDroppedPayload, absl::Cord(absl::StrCat(saved)));
   return status;
 }
 
 bool IsDropped(const absl::Status& status) { return status.GetPayload(kDroppedPayload).has_value(); }
+
+size_t SavedBeforeDropped(const absl::Status& status) {
+  const auto payload = status.GetPayload(kDroppedPayload);
+  size_t saved = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &saved)) return 0;
+  return saved;
+}
 
 Committer::Scope::Scope(Committer* committer) : committer_(committer), outer_(current_scope) {
   current_scope = this;
@@ -188,16 +198,22 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
     published_ = last;
     done_.notify_all();
   } else if (IsDropped(written)) {
-    // Never to be written: dropped, not retried.
+    // Never to be written: dropped, not retried. A first part the write did
+    // save is durable (and published by whoever brings it back).
+    const size_t saved = std::min(SavedBeforeDropped(written), count);
+    const uint64_t first_dropped = last - count + 1 + saved;
     lock.lock();
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
     const absl::Status why(written.code(), written.message());  // without the mark
     failure_ = why;
     failed_up_to_ = last;
-    if (!dropped_.empty() && dropped_.back().last + 1 == last - count + 1 && dropped_.back().why == why) {
+    if (saved > 0) durable_ = first_dropped - 1;
+    if (saved == count) {
+      // Nothing of this batch is dropped after all.
+    } else if (!dropped_.empty() && dropped_.back().last + 1 == first_dropped && dropped_.back().why == why) {
       dropped_.back().last = last;
     } else {
-      dropped_.push_back(DroppedTickets{last - count + 1, last, why});
+      dropped_.push_back(DroppedTickets{first_dropped, last, why});
     }
     if (dropped_.size() > kDroppedKept) {
       forgotten_through_ = dropped_.front().last;

@@ -13,6 +13,9 @@
 // A write that fails with Dropped(status) says its Changes will never be
 // written (in cluster mode: this replica is no longer the leader): they are
 // dropped, not retried, and the callers waiting for them get that error.
+// Dropped(status, saved) says the batch's first `saved` Changes were saved
+// where it counts (the cluster's log) though this write failed: their callers
+// get OK, and they are not published here (the writer brings them back).
 #pragma once
 
 #include <atomic>
@@ -31,8 +34,10 @@
 namespace failover {
 
 // Marks a write error after which the Changes are dropped instead of retried.
-[[nodiscard]] absl::Status Dropped(absl::Status status);
+[[nodiscard]] absl::Status Dropped(absl::Status status, size_t saved = 0);
 bool IsDropped(const absl::Status& status);
+// How many of a dropped batch's first Changes were saved (0 when not dropped).
+size_t SavedBeforeDropped(const absl::Status& status);
 
 class Committer {
  public:

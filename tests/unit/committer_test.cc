@@ -202,6 +202,33 @@ TEST(CommitterTest, ADroppedChangeIsNeverReportedSaved) {
   EXPECT_TRUE(committer.Await(saved.back()).ok());
 }
 
+// A batch whose first part was saved before the write failed (in cluster
+// mode: earlier groups reached etcd's log): that part's callers hear OK, the
+// rest the error; none of it is published here (the log brings it back).
+TEST(CommitterTest, ThePartOfADroppedBatchThatWasSavedIsAnsweredSaved) {
+  std::vector<size_t> batches;
+  int published = 0;
+  Committer committer(
+      [&](const std::vector<const Change*>& changes) {
+        batches.push_back(changes.size());
+        return Dropped(absl::UnavailableError("lost the leadership after the first group"), 2);
+      },
+      [&](const Change&) { ++published; }, [](const absl::Status&) {}, absl::Seconds(1),
+      Committer::Mode::kCallerDriven);
+  const uint64_t a = committer.Submit(ChangeWithEvents(1, 1));
+  const uint64_t b = committer.Submit(ChangeWithEvents(2, 1));
+  const uint64_t c = committer.Submit(ChangeWithEvents(3, 1));
+  EXPECT_THAT(committer.Await(c).message(), HasSubstr("lost the leadership"));
+  EXPECT_EQ(batches, std::vector<size_t>{3});  // one write for the three
+  EXPECT_TRUE(committer.Await(a).ok());
+  EXPECT_TRUE(committer.Await(b).ok());
+  EXPECT_EQ(published, 0);
+  // A later batch wholly saved though the write failed: every caller hears OK.
+  Committer whole([&](const std::vector<const Change*>&) { return Dropped(absl::UnavailableError("gone"), 1); },
+                  [](const Change&) {}, [](const absl::Status&) {}, absl::Seconds(1), Committer::Mode::kCallerDriven);
+  EXPECT_TRUE(whole.Await(whole.Submit(ChangeWithEvents(1, 1))).ok());
+}
+
 // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): the report
 // whose trip cannot be saved still gets its verdict, naming the write error.
 TEST_F(RefusedWriteTest, TheVerdictStandsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {

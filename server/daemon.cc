@@ -178,6 +178,7 @@ absl::Status Daemon::Start() {
       },
       [this](const Change& change) {
         changes_->Publish(change);
+        if (change.next_sequence > change.events.size()) events_->SkipTo(change.next_sequence - change.events.size());
         events_->Publish(change.events);
         metrics_->OnEvents(change.events);
       },

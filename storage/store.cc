@@ -540,7 +540,20 @@ absl::StatusOr<Events> Store::EventsAfter(uint64_t sequence, size_t limit, bool*
   it->SeekToFirst();
   uint64_t oldest = 0;
   *complete = !it->Valid() || (DecodeUint64(it->key().ToStringView(), &oldest) && oldest <= sequence + 1);
-  return ReadEvents(it.get(), /*forward=*/true, sequence + 1, limit);
+  absl::StatusOr<Events> events = ReadEvents(it.get(), /*forward=*/true, sequence + 1, limit);
+  // Numbers skipped after `sequence` (a crash's reserve, a replica started
+  // from the cluster's snapshot): what was there is not here to replay.
+  if (events.ok() && *complete) {
+    uint64_t expected = sequence + 1;
+    for (const Event& e : *events) {
+      if (e.sequence != expected) {
+        *complete = false;
+        break;
+      }
+      ++expected;
+    }
+  }
+  return events;
 }
 
 absl::StatusOr<Events> Store::RecentEvents(size_t limit) const {

@@ -108,7 +108,8 @@ class Store {
   // The newest `limit` events, oldest first.
   [[nodiscard]] absl::StatusOr<Events> RecentEvents(size_t limit) const;
   // Events after `sequence`, oldest first, at most `limit`; false in `complete`
-  // when `sequence` is older than the oldest retained event.
+  // when `sequence` is older than the oldest retained event or numbers are
+  // missing among those read (the events in between are not here).
   [[nodiscard]] absl::StatusOr<Events> EventsAfter(uint64_t sequence, size_t limit, bool* complete) const;
 
   // Drops events beyond the newest `keep_count` and those older than `max_age`.

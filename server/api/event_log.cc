@@ -98,6 +98,15 @@ void EventLog::Preload(Events events) {
   }
 }
 
+void EventLog::SkipTo(uint64_t next_sequence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (next_sequence <= last_sequence_ + 1) return;
+  log::Info("events skipped: this replica took the cluster's state in their place; watchers get it whole",
+            {{"from", last_sequence_ + 1}, {"to", next_sequence - 1}});
+  last_sequence_ = next_sequence - 1;
+  for (Watcher* w : watchers_) w->Resync();
+}
+
 void EventLog::Publish(const Events& events) {
   if (events.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);

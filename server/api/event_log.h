@@ -32,6 +32,10 @@ class EventLog {
   // Logs one line per event, hands them to every watcher and keeps them.
   // `events` are numbered and durable, and follow the last ones published.
   void Publish(const Events& events);
+  // The next event will be numbered `next_sequence`: when that skips numbers
+  // (a replica started from the cluster's snapshot), every watcher is resynced,
+  // since the events it would miss exist nowhere here.
+  void SkipTo(uint64_t next_sequence);
 
   // A live subscriber. Deliver is called under the log's lock, in sequence
   // order, and must only queue (never block). `wire[i]` is `events[i]` as a
@@ -45,6 +49,9 @@ class EventLog {
     // If this watcher's write has been stuck too long, what drops it (run
     // after the log's lock is released); otherwise empty.
     virtual std::function<void()> StalledDrop() { return {}; }
+    // Events were skipped (a cluster snapshot installed in their place):
+    // send the whole state again. Under the log's lock: must only queue.
+    virtual void Resync() {}
   };
   // Registers `w`; every event after the returned sequence reaches it.
   // RESOURCE_EXHAUSTED when `max_watchers` are already subscribed, UNAVAILABLE

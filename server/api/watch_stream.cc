@@ -194,6 +194,15 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
   PumpLocked();
 }
 
+void WatchStream::Resync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  out_.DropLive();
+  resync_ = true;
+  if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
+  PumpLocked();
+}
+
 void WatchStream::PumpLocked() {
   // The outbox writes nothing before the opening (the replay, or the snapshot
   // request) is in place: a live event delivered meanwhile waits behind it.

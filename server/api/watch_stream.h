@@ -52,6 +52,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   void Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) override;
   void Close() override;
   std::function<void()> StalledDrop() override;
+  void Resync() override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;

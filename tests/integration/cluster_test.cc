@@ -950,6 +950,14 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   ASSERT_GE(leader_, 0);
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int away = Follower();
+  // The newest event the away replica has, where a watcher of it would resume.
+  ASSERT_TRUE(Within(5, [&] { return Pinned(away).empty() && Active(away) == "a"; }));
+  v1::ListEventsRequest newest;
+  newest.set_limit(1);
+  v1::ListEventsResponse listed;
+  ASSERT_TRUE(Admin(away)->ListEvents(Ctx().get(), newest, &listed).ok());
+  ASSERT_EQ(listed.events_size(), 1);
+  const uint64_t seen_before = listed.events(0).sequence();
   proc(away).Stop(SIGKILL);
   for (int round = 0; round < 6; ++round) {
     ASSERT_TRUE(Pin(leader_, round % 2 == 0 ? "b" : "a").ok());
@@ -970,6 +978,18 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   ASSERT_TRUE(Pin(leader_, "b").ok());
   EXPECT_TRUE(Within(5, [&] { return Pinned(away) == "b"; }));
   EXPECT_EQ(Status(away).applied_index(), Status(leader_).applied_index());
+  // The events between exist nowhere on it: a watcher resuming from before
+  // them gets the whole state (marked resync), not the events after the gap.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::WatchEventsRequest resume;
+  resume.set_after_sequence(seen_before);
+  auto stream = Decide(away)->WatchEvents(&ctx, resume);
+  v1::Event first;
+  ASSERT_TRUE(stream->Read(&first));
+  EXPECT_TRUE(first.has_snapshot() && first.snapshot().resync())
+      << "resumed after " << seen_before << " and got: " << first.DebugString();
+  ctx.TryCancel();
 }
 
 // etcd with TLS (client certificates required) and users: failoverd reaches

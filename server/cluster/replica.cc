@@ -513,14 +513,21 @@ void Replica::Compact() {
   if (at < snapshot_index_.load() + options_.log_keep) return;
   const int64_t term = term_.load();
   const std::vector<failover::v1::FollowedState> parts = api::StateToProto(state, 512 << 10);
+  // Fenced like every leader write, each part on its own (one transaction
+  // would exceed etcd's request limit): a deposed leader writes none, so it
+  // never overwrites what the next leader wrote at the same index.
   for (size_t i = 0; i < parts.size(); ++i) {
-    etcdpb::PutRequest put;
-    put.set_key(keys_.SnapshotPart(at, static_cast<uint32_t>(i)));
-    put.set_value(parts[i].SerializeAsString());
-    if (absl::StatusOr<etcdpb::PutResponse> r = etcd_->Put(put); !r.ok()) return NoteEtcd(r.status());
+    etcdpb::TxnRequest part;
+    RequireKeyCreatedAt(&part, keys_.Leader(), term);
+    etcdpb::PutRequest* put = part.add_success()->mutable_request_put();
+    put->set_key(keys_.SnapshotPart(at, static_cast<uint32_t>(i)));
+    put->set_value(parts[i].SerializeAsString());
+    absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(part);
+    if (!written.ok()) return NoteEtcd(written.status());
+    if (!written->succeeded()) return StepDown("another replica holds the leader key");
   }
-  // Fenced like every leader write: the pointer moves, and what it makes
-  // unneeded goes, only while this replica still leads.
+  // The pointer moves, and what it makes unneeded goes, only while this
+  // replica still leads.
   etcdpb::TxnRequest txn;
   RequireKeyCreatedAt(&txn, keys_.Leader(), term);
   SnapshotPointer pointer;
@@ -539,7 +546,7 @@ void Replica::Compact() {
   old_parts->set_range_end(keys_.SnapshotParts(at));
   absl::StatusOr<etcdpb::TxnResponse> done = etcd_->Txn(txn);
   if (!done.ok()) return NoteEtcd(done.status());
-  if (!done->succeeded()) return;  // no longer the leader; the next one compacts
+  if (!done->succeeded()) return StepDown("another replica holds the leader key");
   snapshot_index_ = at;
   log::Info("change log compacted", {{"snapshot_at", at}, {"kept_from", keep_from}});
 }
@@ -609,9 +616,13 @@ void Replica::RunSession() {
           NoteEtcd(cleared.status());  // tried again after the wait below
         } else {
           SetLeaderAddress(held.value());
-          if (held.lease() == lease_.load()) {
-            // This replica's own key from a term it has left: give it up so a
-            // clean election follows.
+          if (held.lease() == lease_.load() && held.create_revision() != left_term_.load()) {
+            // This replica's own campaign: etcd carried it out, its answer
+            // was lost and the client asked again elsewhere. Won.
+            BecomeLeader(held.create_revision());
+          } else if (held.lease() == lease_.load()) {
+            // This replica's own key from the term it has left: give it up so
+            // a clean election follows.
             etcd_->Revoke(lease_.exchange(0));
             continue;
           }
@@ -672,10 +683,23 @@ void Replica::ListReplicas() {
 }
 
 bool Replica::AwaitLogAt(int64_t term) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, absl::ToChronoNanoseconds(options_.lease), [&] {
-    return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
-  }) && !stopping_.load();
+  // Up to a lease, renewing it every third of one: the wait must not cost the
+  // lease the new key is on (a stuck entry makes this wait twice).
+  const absl::Time give_up = absl::Now() + options_.lease;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const absl::Duration slice = std::min(options_.lease / 3, std::max(give_up - absl::Now(), absl::ZeroDuration()));
+      if (changed_.wait_for(lock, absl::ToChronoNanoseconds(slice), [&] {
+            return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
+          })) {
+        return !stopping_.load();
+      }
+    }
+    if (absl::Now() >= give_up) return false;
+    const absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_.load());
+    if (ttl.ok() && *ttl <= 0) return false;  // the lease, and the key on it, are gone
+  }
 }
 
 bool Replica::OverwriteStuckEntry(int64_t term) {
@@ -725,6 +749,7 @@ void Replica::BecomeLeader(int64_t term) {
 
 void Replica::StepDown(const std::string& why) {
   if (leader_.exchange(false)) {
+    left_term_ = term_.load();
     engine_->SetAcceptingChanges(false, absl::StrCat("this replica stopped being the cluster's leader: ", why));
     leader_changes_.fetch_add(1);
     log::Warn(absl::StrCat("this replica is no longer the cluster's leader: ", why));

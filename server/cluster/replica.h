@@ -166,6 +166,7 @@ class Replica final : public api::LeaderLink {
   std::atomic<bool> reset_wanted_{false};
   std::atomic<bool> writes_ok_{true};
   std::atomic<int64_t> term_{0};          // the leader key's create revision while leading
+  std::atomic<int64_t> left_term_{0};     // the term this replica last stepped down from
   std::atomic<uint64_t> last_index_{0};   // the last log index given to the committer
   std::atomic<uint64_t> etcd_index_{0};   // every index up to here is in etcd
   std::atomic<uint64_t> own_from_{0};     // the first index stamped in the current term (0: none)

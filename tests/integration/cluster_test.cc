@@ -21,6 +21,7 @@
 #include "server/cluster/replica.h"
 #include "tests/support/api_test.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/etcd_proxy.h"
 #include "tests/support/small_disk.h"
 
 namespace failover::testing {
@@ -111,10 +112,12 @@ class ClusterTest : public ::testing::Test {
     }
   }
 
-  // `data_dir`: another than the replica's own (a small disk, say).
-  void StartReplica(int i, std::vector<std::string> extra = {}, const std::string& data_dir = "") {
-    std::vector<std::string> args = {"--etcd-endpoints", etcd_->Endpoints(), "--etcd-prefix", prefix_,
-                                     "--leader-lease", "2"};
+  // `data_dir`: another than the replica's own (a small disk, say);
+  // `endpoints`: other than etcd's own (proxies, say).
+  void StartReplica(int i, std::vector<std::string> extra = {}, const std::string& data_dir = "",
+                    const std::string& endpoints = "") {
+    std::vector<std::string> args = {"--etcd-endpoints", endpoints.empty() ? etcd_->Endpoints() : endpoints,
+                                     "--etcd-prefix", prefix_, "--leader-lease", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     procs_[static_cast<size_t>(i)] = std::make_unique<FailoverdProcess>(FailoverdProcess::Options{
         data_dir.empty() ? data_[static_cast<size_t>(i)]->path() : data_dir, args,
@@ -647,6 +650,127 @@ TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
   ASSERT_GE(follower, 0);
   EXPECT_TRUE(Pin(follower, "b").ok()) << "an admin call at a follower reaches the new leader";
   EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
+}
+
+// The campaign's transaction took effect in etcd but its answer was lost; the
+// etcd client asked the next endpoint, whose answer is "the leader key is
+// there, on your lease". That key is this replica's election won, not a term
+// it left: it leads on it. (It took the key for one of its old terms, revoked
+// its own lease, and so ended the term it had just won.)
+TEST_F(ClusterTest, ACampaignWhoseAnswerWasLostIsWonAllTheSame) {
+  for (int i = 0; i < kReplicas; ++i) proc(i).Stop(SIGTERM);  // each gives up its key
+  const std::string member = etcd_->Endpoints().substr(0, etcd_->Endpoints().find(','));
+  EtcdProxy first(member);
+  EtcdProxy second(member);
+  ASSERT_TRUE(first.Start() && second.Start());
+  std::mutex mu;
+  bool lost = false;
+  int revokes = 0;
+  auto hook = [&](const std::string& method, const google::protobuf::Message& request) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (method == "LeaseRevoke") ++revokes;
+    if (method != "Txn" || lost) return EtcdProxy::Fault::kNone;
+    const auto& txn = static_cast<const etcdserverpb::TxnRequest&>(request);
+    for (const auto& op : txn.success()) {
+      if (op.has_request_put() && op.request_put().key() == prefix_ + "/leader") {
+        lost = true;
+        return EtcdProxy::Fault::kLoseAnswer;
+      }
+    }
+    return EtcdProxy::Fault::kNone;
+  };
+  first.SetHook(hook);
+  second.SetHook(hook);
+  ASSERT_NO_FATAL_FAILURE(StartReplica(0, {}, "", first.address() + "," + second.address()));
+  ASSERT_TRUE(Within(10, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return lost;
+  }));
+  etcdserverpb::RangeRequest read;
+  read.set_key(prefix_ + "/leader");
+  etcdserverpb::RangeResponse key;
+  ASSERT_TRUE(Kv()->Range(Ctx().get(), read, &key).ok());
+  ASSERT_EQ(key.kvs_size(), 1) << "the lost campaign wrote the key";
+  const int64_t won_at = key.kvs(0).create_revision();
+  ASSERT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_LEADER; }));
+  EXPECT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok()) << "it leads: admin writes go through";
+  ASSERT_TRUE(Kv()->Range(Ctx().get(), read, &key).ok());
+  ASSERT_EQ(key.kvs_size(), 1);
+  EXPECT_EQ(key.kvs(0).create_revision(), won_at) << "it gave up the key it won and stood again";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(revokes, 0) << "it revoked the lease it had just won on";
+}
+
+// Snapshot parts are written under the leader's fence like the pointer to
+// them: a leader deposed while it compacts (another replica's key took the
+// leader key just before its part reached etcd) writes no part. (A plain Put
+// let a deposed leader overwrite what the new leader wrote.)
+TEST_F(ClusterTest, ADeposedLeaderWritesNoSnapshotPart) {
+  for (int i = 0; i < kReplicas; ++i) proc(i).Stop(SIGTERM);
+  const std::string member = etcd_->Endpoints().substr(0, etcd_->Endpoints().find(','));
+  EtcdProxy proxy(member);
+  ASSERT_TRUE(proxy.Start());
+  const std::string parts = prefix_ + "/snapshot-parts/";
+  auto writes_a_part = [&](const std::string& method, const google::protobuf::Message& request) {
+    if (method == "Put") {
+      return static_cast<const etcdserverpb::PutRequest&>(request).key().rfind(parts, 0) == 0;
+    }
+    if (method != "Txn") return false;
+    for (const auto& op : static_cast<const etcdserverpb::TxnRequest&>(request).success()) {
+      if (op.has_request_put() && op.request_put().key().rfind(parts, 0) == 0) return true;
+    }
+    return false;
+  };
+  std::mutex mu;
+  int64_t deposed_at = 0;  // the revision at which another key took the leader's
+  std::string error;
+  proxy.SetHook([&](const std::string& method, const google::protobuf::Message& request) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (deposed_at != 0 || !writes_a_part(method, request)) return EtcdProxy::Fault::kNone;
+    auto channel = grpc::CreateChannel(member, grpc::InsecureChannelCredentials());
+    etcdserverpb::LeaseGrantRequest grant;
+    grant.set_ttl(60);
+    etcdserverpb::LeaseGrantResponse granted;
+    // The rival's key replaces the leader's (whose session thread waits in
+    // this very call, so it cannot stand again in between).
+    etcdserverpb::DeleteRangeRequest drop;
+    drop.set_key(prefix_ + "/leader");
+    etcdserverpb::DeleteRangeResponse dropped;
+    etcdserverpb::PutRequest put;
+    put.set_key(prefix_ + "/leader");
+    put.set_value("127.0.0.1:1");
+    etcdserverpb::PutResponse taken;
+    auto kv = etcdserverpb::KV::NewStub(channel);
+    grpc::Status s = etcdserverpb::Lease::NewStub(channel)->LeaseGrant(Ctx().get(), grant, &granted);
+    if (s.ok()) s = kv->DeleteRange(Ctx().get(), drop, &dropped);
+    if (s.ok()) {
+      put.set_lease(granted.id());
+      s = kv->Put(Ctx().get(), put, &taken);
+    }
+    if (!s.ok()) error = s.error_message();
+    deposed_at = s.ok() ? taken.header().revision() : -1;
+    return EtcdProxy::Fault::kNone;
+  });
+  ASSERT_NO_FATAL_FAILURE(StartReplica(0, {"--etcd-log-keep", "2"}, "", proxy.address()));
+  ASSERT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_LEADER; }));
+  // Entries past the kept two: the leader compacts within a third of its lease.
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok());
+  ASSERT_TRUE(Pin(0, "b").ok());
+  ASSERT_TRUE(Pin(0, "a").ok());
+  ASSERT_TRUE(Within(10, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return deposed_at != 0;
+  }));
+  ASSERT_GT(deposed_at, 0) << error;
+  EXPECT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_FOLLOWER; }));
+  etcdserverpb::RangeRequest read;
+  read.set_key(parts);
+  read.set_range_end(prefix_ + "/snapshot-parts0");  // '0' follows '/'
+  etcdserverpb::RangeResponse found;
+  ASSERT_TRUE(Kv()->Range(Ctx().get(), read, &found).ok());
+  for (const auto& kv : found.kvs()) {
+    EXPECT_LT(kv.mod_revision(), deposed_at) << "written after the leader was deposed: " << kv.key();
+  }
 }
 
 // Not a byte of garbage in an entry every replica applied long ago: a

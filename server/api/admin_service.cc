@@ -327,9 +327,12 @@ absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEvents
     return false;
   };
   const size_t limit = req.limit() == 0 ? kDefaultLimit : req.limit();
-  const std::vector<failover::Event> events = req.has_after_sequence()
-                                                  ? ctx_.events->After(req.after_sequence(), limit, match)
-                                                  : ctx_.events->Recent(limit, match);
+  std::vector<failover::Event> events;
+  if (req.has_after_sequence()) {
+    ASSIGN_OR_RETURN(events, ctx_.events->After(req.after_sequence(), limit, match));
+  } else {
+    events = ctx_.events->Recent(limit, match);
+  }
   for (const auto& e : events) EventToProto(e, resp->add_events());
   return absl::OkStatus();
 }

@@ -148,13 +148,26 @@ std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const
   return std::vector<Event>(out.rbegin(), out.rend());
 }
 
-std::vector<Event> EventLog::After(uint64_t after, size_t limit,
-                                   const std::function<bool(const Event&)>& match) const {
+absl::StatusOr<std::vector<Event>> EventLog::After(uint64_t after, size_t limit,
+                                                   const std::function<bool(const Event&)>& match) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out;
+  uint64_t expect = after + 1;  // every number up to the last one answered must be here
+  auto missing = [&] {
+    return absl::OutOfRangeError(absl::StrCat(
+        "after_sequence: event ", expect, " is not kept here (",
+        recent_.empty() ? std::string("no events are kept in memory")
+                        : absl::StrCat("the recent events in memory run from ", recent_.front().sequence, " to ",
+                                       recent_.back().sequence, " with gaps where a cluster snapshot was installed"),
+        "); WatchEvents with after_sequence replays the stored log, or resyncs"));
+  };
   for (auto it = recent_.begin(); it != recent_.end() && out.size() < limit; ++it) {
-    if (it->sequence > after && match(*it)) out.push_back(*it);
+    if (it->sequence <= after) continue;
+    if (it->sequence != expect) return missing();
+    ++expect;
+    if (match(*it)) out.push_back(*it);
   }
+  if (out.size() < limit && expect <= last_sequence_) return missing();
   return out;
 }
 

@@ -68,7 +68,11 @@ class EventLog {
   // The newest `limit` events that `match` accepts, oldest first.
   std::vector<Event> Recent(size_t limit, const std::function<bool(const Event&)>& match) const;
   // The oldest `limit` kept events after sequence `after` that `match` accepts.
-  std::vector<Event> After(uint64_t after, size_t limit, const std::function<bool(const Event&)>& match) const;
+  // OUT_OF_RANGE when events the answer would span are not kept here (older
+  // than the recent list, or skipped for a cluster snapshot): never an answer
+  // that silently jumps over them.
+  absl::StatusOr<std::vector<Event>> After(uint64_t after, size_t limit,
+                                           const std::function<bool(const Event&)>& match) const;
   uint64_t last_sequence() const;
 
   // One human-readable line for an event, as written to the log.

@@ -1114,6 +1114,12 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   EXPECT_TRUE(first.has_snapshot() && first.snapshot().resync())
       << "resumed after " << seen_before << " and got: " << first.DebugString();
   ctx.TryCancel();
+  // Listing the events after it says they are not here, not the events after the gap.
+  v1::ListEventsRequest after;
+  after.set_after_sequence(seen_before);
+  const grpc::Status gap = Admin(away)->ListEvents(Ctx().get(), after, &listed);
+  EXPECT_EQ(gap.error_code(), grpc::StatusCode::OUT_OF_RANGE) << listed.DebugString();
+  EXPECT_THAT(gap.error_message(), HasSubstr("after_sequence: event"));
 }
 
 // etcd with TLS (client certificates required) and users: failoverd reaches

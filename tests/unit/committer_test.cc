@@ -229,6 +229,53 @@ TEST(CommitterTest, ThePartOfADroppedBatchThatWasSavedIsAnsweredSaved) {
   EXPECT_TRUE(whole.Await(whole.Submit(ChangeWithEvents(1, 1))).ok());
 }
 
+// Listing the events after a sequence answers with every number from there on,
+// or says which one it does not have: never a list that jumps over events
+// older than the recent ones kept, or skipped when a replica took the
+// cluster's snapshot (live watchers are resynced then).
+TEST(EventLogTest, ListingAfterASequenceNeverJumpsOverMissingEvents) {
+  struct ResyncCounter : api::EventLog::Watcher {
+    void Deliver(const Events&, const std::vector<grpc::ByteBuffer>&) override {}
+    void Close() override {}
+    void Resync() override { ++resyncs; }
+    int resyncs = 0;
+  } watcher;
+  api::EventLog log(/*keep_recent=*/5);
+  ASSERT_TRUE(log.Subscribe(&watcher, 10).ok());
+  auto all = [](const Event&) { return true; };
+  auto sequences = [](const std::vector<Event>& events) {
+    std::vector<uint64_t> out;
+    for (const Event& e : events) out.push_back(e.sequence);
+    return out;
+  };
+  log.Publish(ChangeWithEvents(1, 8).events);  // 4..8 kept
+  absl::StatusOr<std::vector<Event>> listed = log.After(1, 10, all);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kOutOfRange) << listed.status();
+  EXPECT_THAT(listed.status().message(), HasSubstr("event 2 is not kept"));
+  listed = log.After(3, 10, all);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(sequences(*listed), (std::vector<uint64_t>{4, 5, 6, 7, 8}));
+  EXPECT_TRUE(log.After(8, 10, all).ok());
+
+  log.SkipTo(20);  // 9..19 exist nowhere here
+  EXPECT_EQ(watcher.resyncs, 1);
+  log.Publish(ChangeWithEvents(20, 2).events);
+  listed = log.After(6, 10, all);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kOutOfRange) << listed.status();
+  EXPECT_THAT(listed.status().message(), HasSubstr("event 9 is not kept"));
+  listed = log.After(6, 2, all);  // stops before the gap
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(sequences(*listed), (std::vector<uint64_t>{7, 8}));
+  listed = log.After(19, 10, all);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(sequences(*listed), (std::vector<uint64_t>{20, 21}));
+
+  log.SkipTo(30);  // a gap with nothing after it yet
+  EXPECT_EQ(log.After(21, 10, all).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(log.After(29, 10, all).ok());
+  log.Unsubscribe(&watcher);
+}
+
 // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): the report
 // whose trip cannot be saved still gets its verdict, naming the write error.
 TEST_F(RefusedWriteTest, TheVerdictStandsNothingIsStreamedAndTheChangeIsSavedOnceTheDiskTakesIt) {

@@ -29,6 +29,9 @@ struct TargetStateRecord {
   absl::Time last_error_time = absl::InfinitePast();
   absl::Time last_probe = absl::InfinitePast();
   std::string last_check;  // what the last check found, as one line
+  // A rate-limit hold: plans put the target last until then (DESIGN 3.12:
+  // cluster state, so every replica holds it).
+  absl::Time held_until = absl::InfinitePast();
 };
 
 // A chain's active target and state.

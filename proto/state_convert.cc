@@ -30,6 +30,7 @@ void HealthRecordToProto(const TargetStateRecord& r, v1::TargetHealthRecord* out
   TimeToProto(r.last_error_time, out->mutable_last_error_time());
   TimeToProto(r.last_probe, out->mutable_last_probe());
   out->set_last_check(r.last_check);
+  if (r.held_until != absl::InfinitePast()) TimeToProto(r.held_until, out->mutable_held_until());
 }
 
 absl::StatusOr<TargetStateRecord> HealthRecordFromProto(const v1::TargetHealthRecord& in, const std::string& path) {
@@ -46,6 +47,7 @@ absl::StatusOr<TargetStateRecord> HealthRecordFromProto(const v1::TargetHealthRe
   r.last_error_time = TimeFromProto(in.last_error_time());
   r.last_probe = TimeFromProto(in.last_probe());
   r.last_check = in.last_check();
+  r.held_until = in.has_held_until() ? TimeFromProto(in.held_until()) : absl::InfinitePast();
   return r;
 }
 

@@ -202,6 +202,7 @@ void EncodeHealth(const TargetStateRecord& in, HealthRecord* out) {
   out->set_last_error_unix_nanos(TimeToNanos(in.last_error_time));
   out->set_last_probe_unix_nanos(TimeToNanos(in.last_probe));
   out->set_last_check(in.last_check);
+  out->set_held_until_unix_nanos(TimeToNanos(in.held_until));
 }
 
 bool DecodeHealth(const HealthRecord& in, TargetStateRecord* out) {
@@ -213,6 +214,7 @@ bool DecodeHealth(const HealthRecord& in, TargetStateRecord* out) {
   out->last_error_time = TimeFromNanos(in.last_error_unix_nanos());
   out->last_probe = TimeFromNanos(in.last_probe_unix_nanos());
   out->last_check = in.last_check();
+  out->held_until = TimeFromNanos(in.held_until_unix_nanos());
   return EnumFromInt(in.automatic(), HealthState::kManual, &out->automatic) &&
          EnumFromInt(in.source(), Source::kConfig, &out->source);
 }

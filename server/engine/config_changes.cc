@@ -329,6 +329,7 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     t->rt->last_error_time = r.last_error_time;
     t->rt->last_probe = r.last_probe;
     t->rt->last_check = r.last_check;
+    t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
   }
   for (const auto& [name, manual] : state.manual) {
     const TargetEntry* t = next->FindTarget(name);

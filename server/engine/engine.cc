@@ -108,6 +108,8 @@ TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
   r.last_error_time = rt.last_error_time;
   r.last_probe = rt.last_probe;
   r.last_check = rt.last_check;
+  const int64_t held = rt.held_until_ns.load(std::memory_order_relaxed);
+  r.held_until = held == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(held);
   return r;
 }
 

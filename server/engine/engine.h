@@ -65,6 +65,9 @@ struct EngineOptions {
 // Runtime state (shared by every config snapshot that has the object)
 // ---------------------------------------------------------------------------
 
+// TargetRuntime::held_until_ns for a hold until `t` (InfinitePast: none).
+inline int64_t HeldUntilNanos(absl::Time t) { return t == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(t); }
+
 struct TargetRuntime {
   // Published for lock-free reads on the hot path; first, so a pick reads the
   // start of the block. (Not aligned to a cache line: with 20,000 targets the

@@ -78,6 +78,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
     t->rt->last_error_time = r.last_error_time;
     t->rt->last_probe = r.last_probe;
     t->rt->last_check = r.last_check;
+    t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
   }
   Events ignored;  // the events were failoverd's; it numbered and published them
   for (const std::string& name : touched) {

@@ -78,6 +78,21 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     rt.last_error_time = now;
     rt.error_unsaved = true;
   };
+  // A rate-limit hold (a long one is a transition instead) is cluster state
+  // (DESIGN 3.12): it moves only when it starts or moves later by more than a
+  // second, so a 429 storm makes a Change a second at most. The deciding
+  // engine makes that move a Change; a follower or a local copy moves its own
+  // hold only when failoverd's has not come first (it waits for the leader's
+  // Change, so it does not, unless the leader is out of reach).
+  auto moved_hold = [&](const TargetEntry& t) -> int64_t {
+    if (req.facts.success || c.reason != Reason::kRateLimit || limited_long) return INT64_MIN;
+    const absl::Duration hold =
+        std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : t.health->rate_limit_hold,
+                 t.health->rate_limit_max_hold);
+    const int64_t until = absl::ToUnixNanos(now + hold);
+    const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
+    return held == INT64_MIN || until > held + absl::ToInt64Nanoseconds(absl::Seconds(1)) ? until : INT64_MIN;
+  };
   auto record_outcome = [&](const TargetEntry& t, HealthMode mode, HealthTransition* tr) {
     TargetRuntime& rt = *t.rt;
     TargetHealth& health = rt.health;
@@ -98,12 +113,9 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     if (dry) return changed;
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     note_error(rt);
-    if (c.reason == Reason::kRateLimit && !limited_long) {
-      // The hold is the target's (its health settings), shared by every chain.
-      const absl::Duration hold =
-          std::min(req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : t.health->rate_limit_hold,
-                   t.health->rate_limit_max_hold);
-      rt.held_until_ns.store(absl::ToUnixNanos(now + hold), std::memory_order_relaxed);
+    // The hold is the target's (its health settings), shared by every chain.
+    if (const int64_t until = moved_hold(t); until != INT64_MIN) {
+      rt.held_until_ns.store(until, std::memory_order_relaxed);
     }
     return changed;
   };
@@ -126,7 +138,8 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     std::lock_guard<std::mutex> lock(rt.mu);
     HealthTransition none;
     out->target_health = rt.Effective();
-    if (!record_outcome(*target, HealthMode::kDryRun, &none)) {
+    const bool hold_change = accepting_changes() && moved_hold(*target) != INT64_MIN;
+    if (!hold_change && !record_outcome(*target, HealthMode::kDryRun, &none)) {
       record_outcome(*target, HealthMode::kApply, &none);  // makes no transition: the dry run just said so
       out->target_health = rt.Effective();
     } else if (!accepting_changes()) {
@@ -148,15 +161,18 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     if (t != nullptr) {
       HealthTransition tr;
       bool changed = false;
+      bool held = false;
       {
         std::lock_guard<std::mutex> lock(t->rt->mu);
         const HealthState before = t->rt->Effective();
+        const int64_t held_before = t->rt->held_until_ns.load(std::memory_order_relaxed);
         changed = record_outcome(*t, HealthMode::kApply, &tr);
+        held = t->rt->held_until_ns.load(std::memory_order_relaxed) != held_before;
         if (changed) PublishLocked(*t, before, Source::kAuto, tr.reason, now, w.events());
         out->target_health = t->rt->Effective();
       }
+      if (changed || held) w.TouchTarget(t->config.name);
       if (changed) {
-        w.TouchTarget(t->config.name);
         EvalContext ctx;
         ctx.reason = IsUsable(tr.to) ? SwitchReason::kRecovery : SwitchReason::kTrip;
         ctx.detail = absl::StrCat(t->config.name, " ", tr.reason);

@@ -940,6 +940,47 @@ TEST_F(ClusterTest, EveryReplicaShowsTheSameLastError) {
   })) << "leader: " << last_error(leader_) << "; followers: " << last_error(f1) << " / " << last_error(f2);
 }
 
+// A rate-limit hold is cluster state (DESIGN 3.12): a 429 met through one
+// follower puts the target last in the plans every replica makes, and every
+// replica shows the same hold (each used to hold only after its own callers met it).
+TEST_F(ClusterTest, ARateLimitMetThroughOneReplicaHoldsTheTargetOnEvery) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1000)));
+  const int f1 = Follower();
+  const int f2 = Follower(f1);
+  auto first = [&](int i) {
+    const v1::PickTargetResponse plan = Pick(i);
+    return plan.attempts_size() > 0 ? plan.attempts(0).target() : std::string("(empty plan)");
+  };
+  auto held_until = [&](int i) {
+    v1::GetTargetRequest req;
+    req.set_name("a");
+    v1::TargetView view;
+    if (!Admin(i)->GetTarget(Ctx(2).get(), req, &view).ok()) return int64_t{-1};
+    return int64_t{view.status().held_until().seconds()};
+  };
+  for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return first(i) == "a"; })) << "replica " << i;
+
+  v1::ReportOutcomeRequest req;
+  req.set_decision_id(Pick(f1).decision_id());
+  req.set_target("a");
+  req.mutable_failure()->set_http_status(429);
+  *req.mutable_failure()->mutable_retry_after() = Millis(40000);
+  v1::ReportOutcomeResponse resp;
+  ASSERT_TRUE(Decide(f1)->ReportOutcome(Ctx().get(), req, &resp).ok());
+
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_TRUE(Within(5, [&] { return first(i) == "b" && held_until(i) > 0; }))
+        << "replica " << i << " (" << (i == leader_ ? "leader" : i == f1 ? "reported here" : "follower")
+        << ") plans " << first(i) << " first, holds a until " << held_until(i);
+  }
+  // The same hold everywhere: the one the leader decided replaces the one the
+  // follower took at once for its own caller.
+  EXPECT_TRUE(Within(5, [&] {
+    const int64_t leader = held_until(leader_);
+    return held_until(f1) == leader && held_until(f2) == leader;
+  })) << "leader " << held_until(leader_) << ", followers " << held_until(f1) << " / " << held_until(f2);
+}
+
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));

@@ -102,6 +102,7 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     health.last_error = "server_error: 500";
     health.last_error_time = kT0;
     health.last_check = "failed in 2s: 500";
+    health.held_until = kT0 + absl::Seconds(30);
     admin.targets = {health};
     admin.chains = {ChainStateRecord{"ch", "b", ChainState::kFallback, kT0, kT0}};
     admin.events = {SwitchEvent(1, kT0), SwitchEvent(2, kT0)};
@@ -154,6 +155,7 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_EQ(state->health[0].trips, 3u);
   EXPECT_EQ(state->health[0].last_error, "server_error: 500");
   EXPECT_EQ(state->health[0].last_check, "failed in 2s: 500");
+  EXPECT_EQ(state->health[0].held_until, kT0 + absl::Seconds(30));
   ASSERT_EQ(state->chain_states.size(), 1u);
   EXPECT_EQ(state->chain_states[0].active, "b");
   EXPECT_EQ(state->chain_states[0].active_since, kT0);

@@ -12,7 +12,7 @@ constexpr char kEtcdctl[] = "/usr/bin/etcdctl";
 
 }  // namespace
 
-EtcdCluster::EtcdCluster(int members) {
+EtcdCluster::EtcdCluster(int members, int max_request_bytes) : max_request_bytes_(max_request_bytes) {
   for (int i = 0; i < members; ++i) {
     Member m;
     m.name = "m" + std::to_string(i);
@@ -41,8 +41,7 @@ bool EtcdCluster::Launch(int member, const std::string& state) {
                         "--initial-cluster-token", "failoverd-test",
                         // Short Raft timers: a lost member or leader is noticed in well under a second.
                         "--heartbeat-interval", "50", "--election-timeout", "500",
-                        // Smaller than etcd's default 1.5 MiB, so a test can pass it with a modest apply.
-                        "--max-request-bytes", std::to_string(kMaxRequestBytes),
+                        "--max-request-bytes", std::to_string(max_request_bytes_),
                         "--logger", "zap", "--log-outputs", dir_.path() + "/" + m.name + ".log"},
                        "", "");
   return m.pid > 0;

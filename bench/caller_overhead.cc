@@ -7,7 +7,9 @@
 // Each with 1 and 16 caller threads. One line per case:
 //   mode=<direct|remote|local> c=<N> p50_us=<x> p99_us=<y> rps=<z>
 // and the decision alone (Run with an attempt that calls nothing) for remote
-// and local at c=1.
+// and local at c=1. A request that did not take its mode's path (remote served
+// fail-static or from a copy, local without its copy) is counted as off_path=N;
+// a ratio to direct is printed only for modes with none, else refused.
 // Then convergence: a trip reported by one local caller, until another
 // local caller's plan has changed (p50 and p99 over --trips trips).
 #include <curl/curl.h>
@@ -60,13 +62,17 @@ struct Result {
   std::vector<double> latencies_us;
   double seconds = 0;
   int64_t failed = 0;
+  int64_t off_path = 0;  // requests that did not take the path the mode names
 };
+
+// What one request did.
+enum class Took { kOk, kFailed, kOffPath };
 
 // Runs `request` on `threads` threads for `seconds`, each with its own Upstream.
 template <typename Request>
 Result Measure(int port, int threads, double seconds, Request request) {
   std::vector<std::vector<double>> per_thread(threads);
-  std::atomic<int64_t> failed{0};
+  std::atomic<int64_t> failed{0}, off_path{0};
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(seconds);
   std::vector<std::thread> pool;
@@ -76,7 +82,9 @@ Result Measure(int port, int threads, double seconds, Request request) {
       upstream.Call();  // connect before timing
       while (Clock::now() < end) {
         const auto t0 = Clock::now();
-        if (!request(upstream)) ++failed;
+        const Took took = request(upstream);
+        if (took == Took::kFailed) ++failed;
+        if (took == Took::kOffPath) ++off_path;
         per_thread[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     });
@@ -86,15 +94,30 @@ Result Measure(int port, int threads, double seconds, Request request) {
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (auto& v : per_thread) r.latencies_us.insert(r.latencies_us.end(), v.begin(), v.end());
   r.failed = failed.load();
+  r.off_path = off_path.load();
   return r;
 }
 
+double Rps(const Result& r) { return static_cast<double>(r.latencies_us.size()) / r.seconds; }
+
 void Print(const char* mode, int threads, const Result& r) {
+  std::string notes;
+  if (r.failed) notes += " failed=" + std::to_string(r.failed);
+  if (r.off_path) notes += " off_path=" + std::to_string(r.off_path) + " (these figures mix in another path)";
   std::printf("mode=%s c=%d p50_us=%.1f p99_us=%.1f rps=%.0f%s\n", mode, threads,
               failover::bench::Percentile(r.latencies_us, 0.5), failover::bench::Percentile(r.latencies_us, 0.99),
-              static_cast<double>(r.latencies_us.size()) / r.seconds,
-              r.failed ? (" failed=" + std::to_string(r.failed)).c_str() : "");
+              Rps(r), notes.c_str());
   std::fflush(stdout);
+}
+
+// The throughput ratio to direct, only when every request took the mode's path.
+void PrintRatio(const char* mode, int threads, const Result& r, const Result& direct) {
+  if (r.off_path > 0) {
+    std::printf("ratio %s/direct c=%d refused: %lld of %zu requests did not take the %s path\n", mode, threads,
+                static_cast<long long>(r.off_path), r.latencies_us.size(), mode);
+  } else {
+    std::printf("ratio %s/direct c=%d rps=%.2f\n", mode, threads, Rps(r) / Rps(direct));
+  }
 }
 
 bool Apply(v1::AdminService::Stub* admin, const v1::ApplyRequest& config) {
@@ -163,25 +186,34 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  auto run = [](client::Client& c) {
-    return [&c](Upstream& up) {
-      client::LoopResult r = c.Run("ch", [&](const v1::Attempt&) {
-        client::AttemptOutcome o;
-        o.ok = up.Call();
-        if (!o.ok) o.failure.set_http_status(502);
-        return o;
-      });
-      return r.ok;
+  // Whether a Run took the path its mode names: every decision from failoverd
+  // (remote) or from the caller's copy (local), none fail-static.
+  auto took = [](const client::LoopResult& r, bool local_mode) {
+    if (r.fail_static || r.decided_locally != local_mode) return Took::kOffPath;
+    return r.ok ? Took::kOk : Took::kFailed;
+  };
+  auto run = [&took](client::Client& c, bool local_mode) {
+    return [&c, &took, local_mode](Upstream& up) {
+      return took(c.Run("ch",
+                        [&](const v1::Attempt&) {
+                          client::AttemptOutcome o;
+                          o.ok = up.Call();
+                          if (!o.ok) o.failure.set_http_status(502);
+                          return o;
+                        }),
+                  local_mode);
     };
   };
   // The modes take turns in short rounds, so drift over the run (caches,
   // the heap, failoverd's backlog) weighs on each alike.
   const int rounds = 6;
   for (int threads : {1, 16}) {
-    std::vector<std::pair<std::string, std::function<bool(Upstream&)>>> modes;
-    if (only.empty() || only == "direct") modes.emplace_back("direct", [](Upstream& up) { return up.Call(); });
-    if (only.empty() || only == "remote") modes.emplace_back("remote", run(**remote));
-    if (only.empty() || only == "local") modes.emplace_back("local", run(**local));
+    std::vector<std::pair<std::string, std::function<Took(Upstream&)>>> modes;
+    if (only.empty() || only == "direct") {
+      modes.emplace_back("direct", [](Upstream& up) { return up.Call() ? Took::kOk : Took::kFailed; });
+    }
+    if (only.empty() || only == "remote") modes.emplace_back("remote", run(**remote, false));
+    if (only.empty() || only == "local") modes.emplace_back("local", run(**local, true));
     std::vector<Result> results(modes.size());
     for (int r = 0; r < rounds; ++r) {
       for (size_t m = 0; m < modes.size(); ++m) {
@@ -190,23 +222,29 @@ int main(int argc, char** argv) {
                                        part.latencies_us.end());
         results[m].seconds += part.seconds;
         results[m].failed += part.failed;
+        results[m].off_path += part.off_path;
       }
     }
     for (size_t m = 0; m < modes.size(); ++m) Print(modes[m].first.c_str(), threads, results[m]);
+    if (only.empty()) {
+      for (size_t m = 1; m < modes.size(); ++m) PrintRatio(modes[m].first.c_str(), threads, results[m], results[0]);
+    }
   }
   // The decision alone: Run with an attempt that makes no call.
-  auto decide_only = [](client::Client& c) {
-    return [&c](Upstream&) {
-      return c.Run("ch", [](const v1::Attempt&) {
-        client::AttemptOutcome o;
-        o.ok = true;
-        return o;
-      }).ok;
+  auto decide_only = [&took](client::Client& c, bool local_mode) {
+    return [&c, &took, local_mode](Upstream&) {
+      return took(c.Run("ch",
+                        [](const v1::Attempt&) {
+                          client::AttemptOutcome o;
+                          o.ok = true;
+                          return o;
+                        }),
+                  local_mode);
     };
   };
   if (only.empty()) {
-    Print("remote-decision-only", 1, Measure(port, 1, seconds, decide_only(**remote)));
-    Print("local-decision-only", 1, Measure(port, 1, seconds, decide_only(**local)));
+    Print("remote-decision-only", 1, Measure(port, 1, seconds, decide_only(**remote, false)));
+    Print("local-decision-only", 1, Measure(port, 1, seconds, decide_only(**local, true)));
   }
   if (!only.empty()) trips = 0;
 

@@ -214,7 +214,9 @@ bool DecodeHealth(const HealthRecord& in, TargetStateRecord* out) {
   out->last_error_time = TimeFromNanos(in.last_error_unix_nanos());
   out->last_probe = TimeFromNanos(in.last_probe_unix_nanos());
   out->last_check = in.last_check();
-  out->held_until = TimeFromNanos(in.held_until_unix_nanos());
+  // 0: a record written before holds were stored (none).
+  out->held_until =
+      in.held_until_unix_nanos() == 0 ? absl::InfinitePast() : TimeFromNanos(in.held_until_unix_nanos());
   return EnumFromInt(in.automatic(), HealthState::kManual, &out->automatic) &&
          EnumFromInt(in.source(), Source::kConfig, &out->source);
 }

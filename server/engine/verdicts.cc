@@ -138,11 +138,14 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     std::lock_guard<std::mutex> lock(rt.mu);
     HealthTransition none;
     out->target_health = rt.Effective();
-    const bool hold_change = accepting_changes() && moved_hold(*target) != INT64_MIN;
+    // Read once: a hold move taken for the writer must not meet a closed gate
+    // below (it would be answered as a refused trip).
+    const bool accepting = accepting_changes();
+    const bool hold_change = accepting && moved_hold(*target) != INT64_MIN;
     if (!hold_change && !record_outcome(*target, HealthMode::kDryRun, &none)) {
       record_outcome(*target, HealthMode::kApply, &none);  // makes no transition: the dry run just said so
       out->target_health = rt.Effective();
-    } else if (!accepting_changes()) {
+    } else if (!accepting) {
       record_refused(*target);
       // The transition is not made here (a local copy, a follower, a refused
       // disk: failoverd's leader makes it), but the verdict is the one the

@@ -43,7 +43,7 @@ class Engine::ChangeWriter {
       if (t == nullptr) continue;  // deleted by this change
       std::lock_guard<std::mutex> lock(t->rt->mu);
       change_.targets.push_back(engine_.RecordOf(*t));
-      t->rt->error_unsaved = false;
+      t->rt->record_unsaved = false;
     }
     for (const std::string& name : touched_chains_) {
       const ChainEntry* c = snap->FindChain(name);

@@ -347,7 +347,7 @@ void Engine::Tick(absl::Time now, Events* events) {
   // Look first without the writer lock: most ticks change nothing.
   std::shared_ptr<const Snapshot> snap = Load();
   bool due = false;
-  for (const TargetEntry& t : snap->targets) due = due || ComesBackNow(t, now) || ErrorUnsaved(t);
+  for (const TargetEntry& t : snap->targets) due = due || ComesBackNow(t, now) || RecordUnsaved(t);
   for (const ChainEntry& c : snap->chains) {
     if (due) break;
     std::lock_guard<std::mutex> lock(c.rt->mu);
@@ -358,8 +358,8 @@ void Engine::Tick(absl::Time now, Events* events) {
   snap = Load();  // a config change may have come first
   for (const TargetEntry& t : snap->targets) {
     if (ComesBackNow(t, now)) ApplyTimePassed(*snap, t, now, w.events());
-    // Errors outcomes recorded without a Change: saved, and so replicated, now.
-    if (ErrorUnsaved(t)) w.TouchTarget(t.config.name);
+    // Errors and holds outcomes changed without a Change: saved, and so replicated, now.
+    if (RecordUnsaved(t)) w.TouchTarget(t.config.name);
   }
   for (const ChainEntry& c : snap->chains) {
     std::lock_guard<std::mutex> lock(c.rt->mu);
@@ -368,9 +368,17 @@ void Engine::Tick(absl::Time now, Events* events) {
   w.Finish(events);
 }
 
-bool Engine::ErrorUnsaved(const TargetEntry& t) const {
+bool Engine::RecordUnsaved(const TargetEntry& t) const {
   std::lock_guard<std::mutex> lock(t.rt->mu);
-  return t.rt->error_unsaved;
+  return t.rt->record_unsaved;
+}
+
+bool Engine::AllRecordsSaved() const {
+  std::shared_ptr<const Snapshot> snap = Load();
+  for (const TargetEntry& t : snap->targets) {
+    if (RecordUnsaved(t)) return false;
+  }
+  return true;
 }
 
 bool Engine::ComesBackNow(const TargetEntry& t, absl::Time now) const {

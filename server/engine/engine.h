@@ -86,9 +86,10 @@ struct TargetRuntime {
   bool lease_recovery = false;
   bool probe_now = false;
   bool manual = false;
-  // last_error changed by an outcome that made no Change: saved (and so
-  // replicated) by the next Change or tick that records the target.
-  bool error_unsaved = false;
+  // last_error or the hold changed by an outcome that made no Change (the
+  // hold: while changes were refused): saved (and so replicated) by the next
+  // Change or tick that records the target.
+  bool record_unsaved = false;
   Source source = Source::kAuto;
   // The outstanding probe lease, if any (one per target across all probers).
   std::string lease_id;
@@ -376,6 +377,9 @@ class Engine {
   // decisions go on from memory.
   void SetAcceptingChanges(bool accepting, std::string why = "");
   bool accepting_changes() const { return accepting_.load(std::memory_order_acquire); }
+  // True when every target's record is as last handed to the sink: no error
+  // or hold that an outcome changed waits for the next tick to be saved.
+  bool AllRecordsSaved() const;
 
   // Loads persisted state before serving. A target that was DOWN is due for a
   // probe at once. Events are numbered from `state.next_sequence`. Returns the
@@ -518,7 +522,7 @@ class Engine {
                         ProbeResponse* response, Events* events, std::set<std::string>* observed);
   // A target without health checks whose dwell has passed.
   bool ComesBackNow(const TargetEntry& t, absl::Time now) const;
-  bool ErrorUnsaved(const TargetEntry& t) const;
+  bool RecordUnsaved(const TargetEntry& t) const;
   // Brings back targets without health checks whose dwell passed (writer held).
   void ApplyTimePassed(const Snapshot& snap, const TargetEntry& target, absl::Time now, Events* events);
 

@@ -79,6 +79,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
     t->rt->last_probe = r.last_probe;
     t->rt->last_check = r.last_check;
     t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
+    t->rt->record_unsaved = false;  // failoverd's record replaces this copy's own hold
   }
   Events ignored;  // the events were failoverd's; it numbered and published them
   for (const std::string& name : touched) {

@@ -76,7 +76,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     if (!(c.counts || c.reason == Reason::kRateLimit || c.reason == Reason::kCapabilityGap)) return;
     rt.last_error = absl::StrCat(ReasonName(c.reason), ": ", summary);
     rt.last_error_time = now;
-    rt.error_unsaved = true;
+    rt.record_unsaved = true;
   };
   // A rate-limit hold (a long one is a transition instead) is cluster state
   // (DESIGN 3.12): it moves only when it starts or moves later by more than a
@@ -114,8 +114,12 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     rt.last_activity_ns.store(absl::ToUnixNanos(now), std::memory_order_relaxed);
     note_error(rt);
     // The hold is the target's (its health settings), shared by every chain.
+    // Moved outside the writer (changes refused), it waits for the next tick
+    // that accepts them; under the writer, the Change that touches the target
+    // saves it and clears the mark.
     if (const int64_t until = moved_hold(t); until != INT64_MIN) {
       rt.held_until_ns.store(until, std::memory_order_relaxed);
+      rt.record_unsaved = true;
     }
     return changed;
   };

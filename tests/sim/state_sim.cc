@@ -521,6 +521,10 @@ class Simulation {
     Committer::Scope scope(sut_->committer());
     sut_->engine().Tick(clock_.Now(), &events);
     (void)scope.Await();
+    // A tick that may write saves what outcomes changed without a Change.
+    if (sut_->engine().accepting_changes() && !sut_->engine().AllRecordsSaved()) {
+      Fail("a tick accepting changes left an error or a hold unsaved");
+    }
   }
 
   // A config file changed: one chain's trip settings move.
@@ -634,11 +638,18 @@ class Simulation {
     // With nothing left to write, the disk holds the engine's state.
     if (sut_->committer()->AwaitIdle(absl::ZeroDuration()) && sut_->engine().accepting_changes()) {
       const RestoredState written = disk_.written().State();
+      // Holds moved while the disk refused writes wait for the next tick.
+      const bool all_saved = sut_->engine().AllRecordsSaved();
       for (const TargetStateRecord& r : written.health) {
         const auto mine = sut_->engine().GetTargetStatus(r.name);
         if (mine.ok() && mine->automatic != r.automatic) {
           Fail(absl::StrCat("target ", r.name, " is ", HealthStateName(mine->automatic), " in memory but ",
                             HealthStateName(r.automatic), " on disk"));
+          return;
+        }
+        if (mine.ok() && all_saved && mine->held_until != r.held_until) {
+          Fail(absl::StrCat("target ", r.name, " is held until ", absl::FormatTime(mine->held_until),
+                            " in memory but until ", absl::FormatTime(r.held_until), " on disk"));
           return;
         }
       }

@@ -1374,6 +1374,36 @@ TEST_F(EngineTest, WhileChangesAreRefusedAdminActionsFailAndOutcomesDoNotTrip) {
   EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
 }
 
+// A hold is cluster state like the target's health: one met while the data
+// dir refuses writes keeps callers off the target at once and is written by
+// the first tick that may write again, so a restart does not forget it.
+TEST_F(EngineTest, AHoldMetWhileWritesAreRefusedIsSavedByTheFirstTickAfter) {
+  std::vector<Change> changes;
+  engine_.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });
+  TwoTargetChain();
+  engine_.SetAcceptingChanges(false, "cannot write to data dir /x: No space left on device");
+  const size_t before = changes.size();
+  OutcomeFacts f = Http(429);
+  f.retry_after = absl::Seconds(30);
+  Report("", "argus-llm", f, "assistant-llm");
+  EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("gemma-local"));
+  EXPECT_EQ(changes.size(), before);
+  EXPECT_FALSE(engine_.AllRecordsSaved());
+  Events events;
+  engine_.Tick(now_, &events);  // still refused: nothing to write yet
+  EXPECT_EQ(changes.size(), before);
+
+  engine_.SetAcceptingChanges(true);
+  engine_.Tick(now_, &events);
+  ASSERT_EQ(changes.size(), before + 1);
+  ASSERT_EQ(changes.back().targets.size(), 1u);
+  EXPECT_EQ(changes.back().targets[0].name, "argus-llm");
+  EXPECT_EQ(changes.back().targets[0].held_until, now_ + absl::Seconds(30));
+  EXPECT_TRUE(engine_.AllRecordsSaved());
+  engine_.Tick(now_, &events);
+  EXPECT_EQ(changes.size(), before + 1) << "a saved hold is not written again";
+}
+
 TEST_F(EngineTest, EveryStateChangeLeavesAsOneChangeNumberedInOrder) {
   std::vector<Change> changes;
   engine_.SetChangeSink([&](Change&& c) { changes.push_back(std::move(c)); });

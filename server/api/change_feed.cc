@@ -23,16 +23,17 @@ void ChangeFeed::Publish(const Change& change) {
 
 absl::StatusOr<std::vector<grpc::ByteBuffer>> ChangeFeed::Subscribe(Follower* f, size_t max_followers,
                                                                    size_t part_bytes) {
-  RestoredState state;
+  StateMirror at;  // the encoded copy: decoding it waits until the lock is let go
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return absl::UnavailableError("failoverd is shutting down");
     if (followers_.size() >= max_followers) {
       return absl::ResourceExhaustedError(absl::StrCat("at most ", max_followers, " FollowState streams at once"));
     }
-    state = mirror_.State();  // every Change after this one reaches f
+    at = mirror_;  // every Change after this one reaches f
     followers_.push_back(f);
   }
+  const RestoredState state = at.State();
   std::vector<grpc::ByteBuffer> parts;
   for (v1::FollowedState& part : StateToProto(state, part_bytes)) {
     v1::StateUpdate update;
@@ -159,8 +160,12 @@ void FollowStream::OnDone() {
 }
 
 RestoredState ChangeFeed::State() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return mirror_.State();
+  StateMirror at;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    at = mirror_;
+  }
+  return at.State();
 }
 
 }  // namespace failover::api

@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/state_mirror.h"
+#include "storage/state_mirror.h"
 #include "grpcpp/grpcpp.h"
 #include "server/api/outbox.h"
 #include "server/api/service_context.h"

@@ -14,7 +14,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "common/report_sender.h"
-#include "common/state_mirror.h"
+#include "common/replace_with.h"
 #include "common/utf8.h"
 #include "proto/model_convert.h"
 #include "proto/state_convert.h"

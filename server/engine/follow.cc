@@ -7,7 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/state_mirror.h"
+#include "common/replace_with.h"
 #include "common/status_macros.h"
 #include "server/engine/decisions.h"
 #include "server/engine/engine.h"

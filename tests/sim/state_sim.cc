@@ -36,7 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
-#include "common/state_mirror.h"
+#include "storage/state_mirror.h"
 #include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"

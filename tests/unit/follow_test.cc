@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "common/state_mirror.h"
+#include "common/replace_with.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/state_convert.h"
 #include "server/engine/engine.h"
+#include "storage/state_mirror.h"
 
 namespace failover {
 namespace {

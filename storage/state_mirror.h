@@ -1,0 +1,48 @@
+// The sum of Changes (common/change.h) as storage would read it back, held in
+// memory. failoverd keeps one beside its engine so a FollowState stream can
+// start from exactly the state its published Changes add up to, then carry on
+// with the Changes after it (DESIGN 3.13); cluster mode takes its snapshots
+// and resets from the same sum.
+//
+// It is a second copy of every config and record, so it keeps each one in
+// storage's own encoding (records.proto, a few hundred bytes where the
+// decoded objects take kilobytes) and decodes only when State() is asked for.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/change.h"
+
+namespace failover {
+
+class StateMirror {
+ public:
+  explicit StateMirror(const RestoredState& start = {});
+
+  // Adds one Change, with the meaning storage gives it (Store::Write).
+  void Apply(const Change& change);
+  // The state as storage would restore it.
+  RestoredState State() const;
+  uint64_t next_sequence() const { return next_sequence_; }
+  uint64_t log_index() const { return log_index_; }
+
+ private:
+  void Put(const std::vector<TargetConfig>& targets, const std::vector<ChainConfig>& chains,
+           const std::vector<TargetStateRecord>& health, const std::vector<ChainStateRecord>& chain_states);
+
+  uint64_t generation_ = 0;
+  // name -> the serialized storage record (TargetRecord, ChainRecord,
+  // HealthRecord, ChainStateRecord).
+  std::map<std::string, std::string> targets_;
+  std::map<std::string, std::string> chains_;
+  std::map<std::string, std::string> health_;
+  std::map<std::string, std::string> chain_states_;
+  std::map<std::string, std::string> pins_;
+  std::map<std::string, RestoredManual> manual_;
+  uint64_t next_sequence_ = 1;
+  uint64_t log_index_ = 0;
+};
+
+}  // namespace failover

@@ -250,6 +250,7 @@ absl::Status Daemon::Start() {
       exposer_ = std::make_unique<prometheus::Exposer>(flags_.metrics_listen);
       exposer_->RegisterCollectable(registry_);
       exposer_->RegisterCollectable(state_gauges_);
+      exposer_->RegisterCollectable(metrics_->chain_counters());
       exposer_->RegisterCollectable(process_metrics_);
       if (replica_metrics_) exposer_->RegisterCollectable(replica_metrics_);
     } catch (const std::exception& e) {

@@ -12,19 +12,67 @@
 
 namespace failover::api {
 
+void ChainCounters::Add(const std::string& chain) { (void)Of(chain); }
+
+void ChainCounters::Remove(const std::string& chain) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  chains_.erase(chain);
+}
+
+ChainCounters::Counts& ChainCounters::Of(const std::string& chain) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (auto it = chains_.find(chain); it != chains_.end()) return *it->second;
+  }
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  std::unique_ptr<Counts>& counts = chains_[chain];
+  if (counts == nullptr) counts = std::make_unique<Counts>();
+  return *counts;
+}
+
+void ChainCounters::OnPick(const std::string& chain, bool known, bool ok) {
+  Counts& counts = known ? Of(chain) : unknown_;
+  (ok ? counts.ok : counts.error).fetch_add(1, std::memory_order_relaxed);
+}
+
+void ChainCounters::OnBudgetRefusal(const std::string& chain) {
+  Of(chain).budget_refusals.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<prometheus::MetricFamily> ChainCounters::Collect() const {
+  prometheus::MetricFamily decisions{"failover_decisions_total", "PickTarget calls by chain and result (ok or error).",
+                                     prometheus::MetricType::Counter, {}};
+  prometheus::MetricFamily refusals{"failover_retry_budget_refusals_total",
+                                    "Retries refused (verdict FAIL) because the chain's retry budget was spent.",
+                                    prometheus::MetricType::Counter, {}};
+  auto add = [](prometheus::MetricFamily* family, std::vector<prometheus::ClientMetric::Label> labels,
+                const std::atomic<uint64_t>& value) {
+    prometheus::ClientMetric& m = family->metric.emplace_back();
+    m.label = std::move(labels);
+    m.counter.value = static_cast<double>(value.load(std::memory_order_relaxed));
+  };
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  decisions.metric.reserve(2 * chains_.size() + 2);
+  refusals.metric.reserve(chains_.size());
+  for (const auto& [chain, counts] : chains_) {
+    add(&decisions, {{"chain", chain}, {"result", "error"}}, counts->error);
+    add(&decisions, {{"chain", chain}, {"result", "ok"}}, counts->ok);
+    add(&refusals, {{"chain", chain}}, counts->budget_refusals);
+  }
+  if (unknown_.error.load(std::memory_order_relaxed) > 0) {
+    add(&decisions, {{"chain", "(unknown)"}, {"result", "error"}}, unknown_.error);
+  }
+  if (unknown_.ok.load(std::memory_order_relaxed) > 0) {
+    add(&decisions, {{"chain", "(unknown)"}, {"result", "ok"}}, unknown_.ok);
+  }
+  return {std::move(decisions), std::move(refusals)};
+}
+
 Metrics::Metrics(prometheus::Registry& r)
     : switches_(prometheus::BuildCounter()
                     .Name("failover_switches_total")
                     .Help("Changes of a chain's active target, by reason.")
                     .Register(r)),
-      budget_refusals_(prometheus::BuildCounter()
-                           .Name("failover_retry_budget_refusals_total")
-                           .Help("Retries refused (verdict FAIL) because the chain's retry budget was spent.")
-                           .Register(r)),
-      decisions_(prometheus::BuildCounter()
-                     .Name("failover_decisions_total")
-                     .Help("PickTarget calls by chain and result (ok or error).")
-                     .Register(r)),
       outcomes_(prometheus::BuildCounter()
                     .Name("failover_outcomes_total")
                     .Help("Reported outcomes by target and classified reason (none = success).")
@@ -234,14 +282,11 @@ void Metrics::Forget(const std::string& name) {
   if (auto it = counters_of_.find(name); it != counters_of_.end()) {
     for (prometheus::Counter* c : it->second) {
       switches_.Remove(c);
-      budget_refusals_.Remove(c);
-      decisions_.Remove(c);
       outcomes_.Remove(c);
     }
     counters_of_.erase(it);
   }
-  decision_ok_.erase(name);
-  decision_error_.erase(name);
+  chain_counters_->Remove(name);
   outcome_.erase(name);
   if (auto it = latency_of_.find(name); it != latency_of_.end()) {
     upstream_latency_.Remove(it->second);
@@ -268,23 +313,16 @@ void Metrics::OnEvents(const Events& events) {
       case EventKind::kTargetState: break;  // StateCollector reads states at scrape time
       case EventKind::kConfigChanged:
         if (e.change == ConfigChangeKind::kDeleted) Forget(e.object_name);
-        if (e.change == ConfigChangeKind::kCreated && e.what == ConfigObject::kChain) AddChainLocked(e.object_name);
+        if (e.change == ConfigChangeKind::kCreated && e.what == ConfigObject::kChain) {
+          chain_counters_->Add(e.object_name);
+        }
         break;
     }
   }
 }
 
 void Metrics::AddChains(const Snapshot& snapshot) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  for (const ChainEntry& c : snapshot.chains) AddChainLocked(c.config.name);
-}
-
-// Present from the chain's creation, at 0: rate() and increase() count the
-// first decision or refusal, and a panel shows 0 rather than "no data".
-void Metrics::AddChainLocked(const std::string& chain) {
-  decision_ok_[chain] = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", "ok"}});
-  decision_error_[chain] = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", "error"}});
-  ChainCounterLocked(budget_refusals_, chain, {{"chain", chain}});
+  for (const ChainEntry& c : snapshot.chains) chain_counters_->Add(c.config.name);
 }
 
 prometheus::Counter& Metrics::ChainCounterLocked(prometheus::Family<prometheus::Counter>& family,
@@ -333,33 +371,11 @@ void Metrics::OnRpc(const std::string& method, int code, absl::Duration latency)
   seconds->Observe(absl::ToDoubleSeconds(latency));
 }
 
-void Metrics::OnRetryBudgetRefusal(const std::string& chain) {
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  ChainCounterLocked(budget_refusals_, chain, {{"chain", chain}}).Increment();
-}
+void Metrics::OnRetryBudgetRefusal(const std::string& chain) { chain_counters_->OnBudgetRefusal(chain); }
 
 void Metrics::OnPick(const std::string& chain, bool known, bool ok, absl::Duration latency) {
   decision_seconds_.Observe(absl::ToDoubleSeconds(latency));
-  {
-    std::shared_lock<std::shared_mutex> lock(mu_);
-    const auto& cache = ok ? decision_ok_ : decision_error_;
-    if (auto it = cache.find(chain); it != cache.end()) {
-      it->second->Increment();
-      return;
-    }
-  }
-  std::unique_lock<std::shared_mutex> lock(mu_);
-  // Unknown chains are counted under one label so a caller cannot grow the label set.
-  if (!known) {
-    prometheus::Counter*& c = ok ? unknown_chain_ok_ : unknown_chain_error_;
-    if (c == nullptr) c = &decisions_.Add({{"chain", "(unknown)"}, {"result", ok ? "ok" : "error"}});
-    c->Increment();
-    return;
-  }
-  auto& cache = ok ? decision_ok_ : decision_error_;
-  prometheus::Counter*& c = cache[chain];
-  if (c == nullptr) c = &ChainCounterLocked(decisions_, chain, {{"chain", chain}, {"result", ok ? "ok" : "error"}});
-  c->Increment();
+  chain_counters_->OnPick(chain, known, ok);
 }
 
 void Metrics::OnOutcome(const std::string& target, const ReportResult& result, absl::Duration latency) {

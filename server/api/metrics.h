@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,9 +45,41 @@ class ProcessCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override;
 };
 
+// failover_decisions_total and failover_retry_budget_refusals_total: three
+// atomics per chain, present at 0 from the chain's creation (so rate() counts
+// the first decision and a panel shows 0, not "no data"), written out at each
+// scrape. As prometheus-cpp series they cost about 1 KiB a chain.
+class ChainCounters final : public prometheus::Collectable {
+ public:
+  void Add(const std::string& chain);
+  void Remove(const std::string& chain);
+  // `known`: the chain exists. Unknown names share the chain label
+  // "(unknown)", so a caller cannot grow the label set; it appears once used.
+  void OnPick(const std::string& chain, bool known, bool ok);
+  void OnBudgetRefusal(const std::string& chain);
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  struct Counts {
+    std::atomic<uint64_t> ok{0};
+    std::atomic<uint64_t> error{0};
+    std::atomic<uint64_t> budget_refusals{0};
+  };
+  // The chain's counts, made if missing (a chain seen before its creation event).
+  Counts& Of(const std::string& chain);
+
+  mutable std::shared_mutex mu_;
+  // Read under the reader lock on the hot path; entries are never moved (unique_ptr).
+  absl::flat_hash_map<std::string, std::unique_ptr<Counts>> chains_ ABSL_GUARDED_BY(mu_);
+  Counts unknown_;
+};
+
 class Metrics {
  public:
   explicit Metrics(prometheus::Registry& registry);
+
+  // Exposed beside the registry (the exposer keeps a weak pointer).
+  std::shared_ptr<ChainCounters> chain_counters() const { return chain_counters_; }
 
   // Follows switches, creations and deletions.
   void OnEvents(const Events& events);
@@ -73,14 +106,11 @@ class Metrics {
 
  private:
   void Forget(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A chain's decision and retry-budget counters, at 0 until used.
-  void AddChainLocked(const std::string& chain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   prometheus::Counter& ChainCounterLocked(prometheus::Family<prometheus::Counter>& family, const std::string& chain,
                                           const prometheus::Labels& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Counter>& switches_;
-  prometheus::Family<prometheus::Counter>& budget_refusals_;
-  prometheus::Family<prometheus::Counter>& decisions_;
+  const std::shared_ptr<ChainCounters> chain_counters_ = std::make_shared<ChainCounters>();
   prometheus::Family<prometheus::Counter>& outcomes_;
   prometheus::Histogram& decision_seconds_;
   prometheus::Gauge& watchers_;
@@ -110,13 +140,9 @@ class Metrics {
   // name -> its label sets, so a deleted object's series can be removed.
   absl::flat_hash_map<std::string, std::vector<prometheus::Counter*>> counters_of_ ABSL_GUARDED_BY(mu_);
   // Hot-path counters, created once per label set and then only read (reader
-  // lock) so picks and reports do not serialize on a global lock.
-  absl::flat_hash_map<std::string, prometheus::Counter*> decision_ok_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, prometheus::Counter*> decision_error_ ABSL_GUARDED_BY(mu_);
+  // lock) so reports do not serialize on a global lock.
   absl::flat_hash_map<std::string, std::array<prometheus::Counter*, kReasonCount>> outcome_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Histogram*> latency_of_ ABSL_GUARDED_BY(mu_);
-  prometheus::Counter* unknown_chain_ok_ = nullptr;
-  prometheus::Counter* unknown_chain_error_ = nullptr;
 };
 
 }  // namespace failover::api

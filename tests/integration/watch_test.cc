@@ -372,6 +372,8 @@ TEST_F(WatchTest, MetricsShowSwitchesStatesDecisionsAndWatchers) {
     return HttpGet(port, "/metrics").find("failover_grpc_requests_total{code=\"NOT_FOUND\",method=\"PickTarget\"} 1") !=
            std::string::npos;
   }));
+  // Picks of chains that do not exist share one label.
+  EXPECT_THAT(HttpGet(port, "/metrics"), HasSubstr("failover_decisions_total{chain=\"(unknown)\",result=\"error\"} 1"));
   // b trips too: chain one goes DEGRADED on the same target, a change of
   // state but not of target, which is not a switch.
   Report(Pick("one").decision_id(), "b", 500, "boom");

@@ -12,7 +12,7 @@ namespace {
 
 // One config or record in storage's encoding.
 template <typename Record, typename Model>
-std::string Encoded(const Model& in, void (*encode)(const Model&, Record*)) {
+std::string Encode(const Model& in, void (*encode)(const Model&, Record*)) {
   Record r;
   encode(in, &r);
   std::string out;
@@ -20,17 +20,20 @@ std::string Encoded(const Model& in, void (*encode)(const Model&, Record*)) {
   return out;
 }
 
-// Decodes every entry of `from` (name -> encoded record) onto `out`. A record
-// this mirror encoded itself always decodes; one that does not is a bug in
-// records.cc, and a state missing it would be served as exact: stop.
-template <typename Record, typename Model>
-void DecodeAll(const std::map<std::string, std::string>& from, bool (*decode)(const Record&, Model*),
-               const char* what, std::vector<Model>* out) {
+// Decodes the `part` (config or state) of every entry of `from` that has one
+// onto `out`. A record this mirror encoded itself always decodes; one that
+// does not is a bug in records.cc, and a state missing it would be served as
+// exact: stop.
+template <typename Entry, typename Record, typename Model>
+void DecodeAll(const std::map<std::string, Entry>& from, std::optional<std::string> Entry::*part,
+               bool (*decode)(const Record&, Model*), const char* what, std::vector<Model>* out) {
   out->reserve(from.size());
-  for (const auto& [name, bytes] : from) {
+  for (const auto& [name, entry] : from) {
+    const std::optional<std::string>& bytes = entry.*part;
+    if (!bytes.has_value()) continue;
     Record r;
     out->emplace_back();
-    if (!r.ParseFromString(bytes) || !decode(r, &out->back())) {
+    if (!r.ParseFromString(*bytes) || !decode(r, &out->back())) {
       fprintf(stderr, "state mirror: the %s record of \"%s\" does not decode\n", what, name.c_str());
       abort();
     }
@@ -52,10 +55,10 @@ StateMirror::StateMirror(const RestoredState& start)
 void StateMirror::Put(const std::vector<TargetConfig>& targets, const std::vector<ChainConfig>& chains,
                       const std::vector<TargetStateRecord>& health,
                       const std::vector<ChainStateRecord>& chain_states) {
-  for (const TargetConfig& t : targets) targets_[t.name] = Encoded(t, storage::EncodeTarget);
-  for (const ChainConfig& c : chains) chains_[c.name] = Encoded(c, storage::EncodeChain);
-  for (const TargetStateRecord& r : health) health_[r.name] = Encoded(r, storage::EncodeHealth);
-  for (const ChainStateRecord& r : chain_states) chain_states_[r.name] = Encoded(r, storage::EncodeChainState);
+  for (const TargetConfig& t : targets) targets_[t.name].config = Encode(t, storage::EncodeTarget);
+  for (const ChainConfig& c : chains) chains_[c.name].config = Encode(c, storage::EncodeChain);
+  for (const TargetStateRecord& r : health) targets_[r.name].state = Encode(r, storage::EncodeHealth);
+  for (const ChainStateRecord& r : chain_states) chains_[r.name].state = Encode(r, storage::EncodeChainState);
 }
 
 void StateMirror::Apply(const Change& change) {
@@ -63,12 +66,10 @@ void StateMirror::Apply(const Change& change) {
     Put(change.put_targets, change.put_chains, {}, {});
     for (const std::string& name : change.deleted_targets) {
       targets_.erase(name);
-      health_.erase(name);
       manual_.erase(name);
     }
     for (const std::string& name : change.deleted_chains) {
       chains_.erase(name);
-      chain_states_.erase(name);
       pins_.erase(name);
     }
     generation_ = change.config_generation;
@@ -95,12 +96,12 @@ void StateMirror::Apply(const Change& change) {
 RestoredState StateMirror::State() const {
   RestoredState s;
   s.generation = generation_;
-  DecodeAll(targets_, storage::DecodeTarget, "target", &s.targets);
-  DecodeAll(chains_, storage::DecodeChain, "chain", &s.chains);
+  DecodeAll(targets_, &Encoded::config, storage::DecodeTarget, "target", &s.targets);
+  DecodeAll(chains_, &Encoded::config, storage::DecodeChain, "chain", &s.chains);
   s.pins = pins_;
   s.manual = manual_;
-  DecodeAll(health_, storage::DecodeHealth, "health", &s.health);
-  DecodeAll(chain_states_, storage::DecodeChainState, "chain state", &s.chain_states);
+  DecodeAll(targets_, &Encoded::state, storage::DecodeHealth, "health", &s.health);
+  DecodeAll(chains_, &Encoded::state, storage::DecodeChainState, "chain state", &s.chain_states);
   s.next_sequence = next_sequence_;
   s.log_index = log_index_;
   return s;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,13 +33,18 @@ class StateMirror {
   void Put(const std::vector<TargetConfig>& targets, const std::vector<ChainConfig>& chains,
            const std::vector<TargetStateRecord>& health, const std::vector<ChainStateRecord>& chain_states);
 
+  // One object's config and state record, each serialized in storage's
+  // encoding (TargetRecord and HealthRecord, or ChainRecord and
+  // ChainStateRecord), or none. Together, so an object costs one map node,
+  // not two. (A record can encode to no bytes at all, hence optional.)
+  struct Encoded {
+    std::optional<std::string> config;
+    std::optional<std::string> state;
+  };
+
   uint64_t generation_ = 0;
-  // name -> the serialized storage record (TargetRecord, ChainRecord,
-  // HealthRecord, ChainStateRecord).
-  std::map<std::string, std::string> targets_;
-  std::map<std::string, std::string> chains_;
-  std::map<std::string, std::string> health_;
-  std::map<std::string, std::string> chain_states_;
+  std::map<std::string, Encoded> targets_;
+  std::map<std::string, Encoded> chains_;
   std::map<std::string, std::string> pins_;
   std::map<std::string, RestoredManual> manual_;
   uint64_t next_sequence_ = 1;

@@ -8,6 +8,8 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "storage/encoding.h"
+#include "storage/records.h"
+#include "storage/state_mirror.h"
 #include "tests/support/failoverd_process.h"
 
 namespace failover::storage {
@@ -104,7 +106,7 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     health.last_check = "failed in 2s: 500";
     health.held_until = kT0 + absl::Seconds(30);
     admin.targets = {health};
-    admin.chains = {ChainStateRecord{"ch", "b", ChainState::kFallback, kT0, kT0}};
+    admin.chains = {failover::ChainStateRecord{"ch", "b", ChainState::kFallback, kT0, kT0}};
     admin.events = {SwitchEvent(1, kT0), SwitchEvent(2, kT0)};
     admin.next_sequence = 3;
     ASSERT_TRUE(store->Write({&config, &admin}).ok());
@@ -165,6 +167,104 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_EQ((*events)[1].sequence, 2u);
   EXPECT_EQ((*events)[1].detail, "a 503");
   EXPECT_EQ((*events)[1].switch_reason, SwitchReason::kTrip);
+}
+
+// Every stored field of a state, in storage's own encoding.
+std::string Dump(const RestoredState& s) {
+  std::string out = absl::StrCat("generation ", s.generation, " next_sequence ", s.next_sequence, "\n");
+  for (const TargetConfig& t : s.targets) {
+    TargetRecord r;
+    EncodeTarget(t, &r);
+    absl::StrAppend(&out, "target ", r.ShortDebugString(), "\n");
+  }
+  for (const ChainConfig& c : s.chains) {
+    ChainRecord r;
+    EncodeChain(c, &r);
+    absl::StrAppend(&out, "chain ", r.ShortDebugString(), "\n");
+  }
+  for (const auto& [chain, target] : s.pins) absl::StrAppend(&out, "pin ", chain, "=", target, "\n");
+  for (const auto& [target, m] : s.manual) {
+    absl::StrAppend(&out, "manual ", target, " ", m.reason, " ", absl::FormatTime(m.since), "\n");
+  }
+  for (const TargetStateRecord& h : s.health) {
+    HealthRecord r;
+    EncodeHealth(h, &r);
+    absl::StrAppend(&out, "health ", h.name, " ", r.ShortDebugString(), "\n");
+  }
+  for (const failover::ChainStateRecord& c : s.chain_states) {
+    ChainStateRecord r;
+    EncodeChainState(c, &r);
+    absl::StrAppend(&out, "chain_state ", c.name, " ", r.ShortDebugString(), "\n");
+  }
+  return out;
+}
+
+// The change feed's mirror (what FollowState streams start from and cluster
+// snapshots are made of) is what the data dir reads back after the same
+// Changes, field for field: records that encode to no bytes at all included.
+TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  StateMirror mirror;
+  auto write = [&](const Change& c) {
+    ASSERT_TRUE(store->Write({&c}).ok());
+    mirror.Apply(c);
+    auto loaded = store->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(Dump(mirror.State()), Dump(*loaded));
+  };
+  Change config;
+  config.config_generation = 2;
+  TargetConfig a;
+  a.name = "a";
+  a.labels["region"] = "eu";
+  a.health = HealthPolicy();
+  a.health->trip_errors = 3;
+  TargetConfig b;
+  b.name = "b";
+  b.enabled = false;
+  ChainConfig c;
+  c.name = "ch";
+  c.targets = {"a", "b"};
+  c.policy.trip_failure_rate = 20;
+  config.put_targets = {a, b};
+  config.put_chains = {c};
+  ASSERT_NO_FATAL_FAILURE(write(config));
+
+  Change state;
+  state.pins.push_back(PinRecord{"ch", "b"});
+  state.manual.push_back(ManualFailoverRecord{"a", true, "maintenance", kT0});
+  TargetStateRecord down;
+  down.name = "a";
+  down.automatic = HealthState::kDown;
+  down.since = kT0;
+  down.trips = 2;
+  down.last_error = "server_error: 503";
+  down.held_until = kT0 + absl::Seconds(10);
+  TargetStateRecord zero;  // every field at its proto default: encodes to no bytes
+  zero.name = "b";
+  zero.since = absl::UnixEpoch();
+  zero.last_error_time = absl::UnixEpoch();
+  zero.last_probe = absl::UnixEpoch();
+  zero.held_until = absl::UnixEpoch();
+  state.targets = {down, zero};
+  state.chains = {failover::ChainStateRecord{"ch", "b", ChainState::kFallback, kT0, kT0}};
+  state.next_sequence = 7;
+  ASSERT_NO_FATAL_FAILURE(write(state));
+  EXPECT_EQ(mirror.State().health.size(), 2u);
+
+  Change undo;
+  undo.pins.push_back(PinRecord{"ch", ""});
+  undo.manual.push_back(ManualFailoverRecord{"a", false, "", absl::InfinitePast()});
+  ASSERT_NO_FATAL_FAILURE(write(undo));
+
+  Change deletion;
+  deletion.config_generation = 3;
+  deletion.deleted_targets = {"a"};
+  deletion.deleted_chains = {"ch"};
+  ASSERT_NO_FATAL_FAILURE(write(deletion));
+  EXPECT_EQ(mirror.State().targets.size(), 1u);
+  EXPECT_TRUE(mirror.State().chain_states.empty());
 }
 
 TEST(StoreTest, DeletingAChainOrTargetRemovesItsRuntimeRecords) {

@@ -12,32 +12,37 @@
 
 namespace failover::api {
 
-void ChainCounters::Add(const std::string& chain) { (void)Of(chain); }
+void ChainCounters::Add(const std::string& chain) { Count(chain, nullptr); }
 
 void ChainCounters::Remove(const std::string& chain) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   chains_.erase(chain);
 }
 
-ChainCounters::Counts& ChainCounters::Of(const std::string& chain) {
+// Counted under the lock: a chain removed meanwhile frees its counts.
+void ChainCounters::Count(const std::string& chain, std::atomic<uint64_t> Counts::*field) {
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    if (auto it = chains_.find(chain); it != chains_.end()) return *it->second;
+    if (auto it = chains_.find(chain); it != chains_.end()) {
+      if (field != nullptr) ((*it->second).*field).fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
   std::unique_ptr<Counts>& counts = chains_[chain];
   if (counts == nullptr) counts = std::make_unique<Counts>();
-  return *counts;
+  if (field != nullptr) ((*counts).*field).fetch_add(1, std::memory_order_relaxed);
 }
 
 void ChainCounters::OnPick(const std::string& chain, bool known, bool ok) {
-  Counts& counts = known ? Of(chain) : unknown_;
-  (ok ? counts.ok : counts.error).fetch_add(1, std::memory_order_relaxed);
+  if (!known) {
+    (ok ? unknown_.ok : unknown_.error).fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  Count(chain, ok ? &Counts::ok : &Counts::error);
 }
 
-void ChainCounters::OnBudgetRefusal(const std::string& chain) {
-  Of(chain).budget_refusals.fetch_add(1, std::memory_order_relaxed);
-}
+void ChainCounters::OnBudgetRefusal(const std::string& chain) { Count(chain, &Counts::budget_refusals); }
 
 std::vector<prometheus::MetricFamily> ChainCounters::Collect() const {
   prometheus::MetricFamily decisions{"failover_decisions_total", "PickTarget calls by chain and result (ok or error).",

@@ -65,8 +65,9 @@ class ChainCounters final : public prometheus::Collectable {
     std::atomic<uint64_t> error{0};
     std::atomic<uint64_t> budget_refusals{0};
   };
-  // The chain's counts, made if missing (a chain seen before its creation event).
-  Counts& Of(const std::string& chain);
+  // Adds one to the chain's `field` (none: only makes sure the chain has
+  // counts), making them if missing (a chain seen before its creation event).
+  void Count(const std::string& chain, std::atomic<uint64_t> Counts::*field);
 
   mutable std::shared_mutex mu_;
   // Read under the reader lock on the hot path; entries are never moved (unique_ptr).

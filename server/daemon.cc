@@ -22,6 +22,7 @@
 #include "server/api/event_log.h"
 #include "server/api/health_service.h"
 #include "server/api/metrics.h"
+#include "server/api/outcome_trace.h"
 #include "server/api/release_memory.h"
 #include "server/api/service_context.h"
 #include "server/cluster/replica.h"
@@ -234,8 +235,12 @@ absl::Status Daemon::Start() {
     if (!applied.ok()) return Refuse("bad config", applied);
     if (flags_.config_poll_seconds > 0) reloader_->Watch(absl::Seconds(flags_.config_poll_seconds));
   }
+  trace_ = std::make_unique<api::OutcomeTrace>(flags_.trace_keep, absl::Hours(flags_.trace_max_age_hours));
   ticker_ = std::make_unique<Ticker>(engine_.get(), &clock_, store_.get(), flags_.events_keep,
-                                     absl::Hours(flags_.events_max_age_hours), [this] { changes_->Heartbeat(); });
+                                     absl::Hours(flags_.events_max_age_hours), [this] {
+                                       changes_->Heartbeat();
+                                       FlushTrace();
+                                     });
 
   prometheus::BuildGauge()
       .Name("failover_build_info")
@@ -276,6 +281,7 @@ absl::Status Daemon::Start() {
   context.changes = changes_.get();
   context.committer = committer_.get();
   context.metrics = metrics_.get();
+  context.trace = trace_.get();
   context.auth = auth_.get();
   context.leader = replica_.get();
   context.started = clock_.Now();
@@ -403,11 +409,19 @@ absl::Status Daemon::Stop() {
   }
   reloader_.reset();
   if (ticker_) ticker_->Stop();
+  if (trace_) FlushTrace();
   if (committer_) committer_->Stop();
   absl::Status closed = absl::OkStatus();
   if (store_) closed = store_->Close();
   if (!closed.ok()) return Refuse("closing the data dir failed", closed);
   return absl::OkStatus();
+}
+
+void Daemon::FlushTrace() {
+  const absl::Status flushed = trace_->Flush(store_.get(), clock_.Now());
+  if (!flushed.ok() && !trace_failing_) log::Warn(absl::StrCat("outcome trace not written: ", flushed.message()));
+  if (flushed.ok() && trace_failing_) log::Info("outcome trace written again");
+  trace_failing_ = !flushed.ok();
 }
 
 }  // namespace failover

@@ -41,6 +41,7 @@ class EventLog;
 class ChangeFeed;
 class HealthService;
 class Metrics;
+class OutcomeTrace;
 class ProcessCollector;
 class StateCollector;
 }  // namespace api
@@ -68,6 +69,8 @@ class Daemon {
   // SERVING while listening, the data dir takes writes and (cluster mode)
   // the Change log applies; health_mu_ held.
   void UpdateServingLocked();
+  // Writes the outcome trace's waiting entries (each tick, and once at stop).
+  void FlushTrace();
 
   const Flags flags_;
   RealClock clock_;
@@ -75,6 +78,8 @@ class Daemon {
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<api::Metrics> metrics_;
+  std::unique_ptr<api::OutcomeTrace> trace_;
+  bool trace_failing_ = false;  // the last trace write was refused (ticker thread only)
   std::shared_ptr<api::StateCollector> state_gauges_;
   std::shared_ptr<api::ProcessCollector> process_metrics_;
   std::unique_ptr<api::EventLog> events_;

@@ -112,6 +112,14 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
       ->transform(DurationIn(absl::Hours(1), "HOURS"))
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--trace-keep", flags->trace_keep,
+                 "Counted outcomes kept in the outcome trace (for failoverctl trace), newest first; 0 = no trace")
+      ->capture_default_str();
+  app.add_option("--trace-max-age", flags->trace_max_age_hours,
+                 "Hours (or a duration such as 30m) an outcome is kept in the trace")
+      ->transform(DurationIn(absl::Hours(1), "HOURS"))
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--max-message-bytes", flags->max_message_bytes,
                  "Largest request accepted, in bytes; larger ones get RESOURCE_EXHAUSTED")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))

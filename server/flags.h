@@ -33,6 +33,8 @@ struct Flags {
   std::string tls_key;
   std::string tls_client_ca;
   double events_max_age_hours = 168;
+  size_t trace_keep = 100000;  // outcome trace entries kept; 0 = no trace
+  double trace_max_age_hours = 24;
   size_t max_message_bytes = 4 << 20;
   size_t max_watchers = 10000;
   bool max_watchers_given = false;  // set on the command line (else sized to the descriptor limit)

@@ -235,4 +235,44 @@ bool DecodeChainState(const storage::ChainStateRecord& in, failover::ChainStateR
   return EnumFromInt(in.state(), ChainState::kPinned, &out->state);
 }
 
+void EncodeTrace(const TraceEntry& in, TraceRecord* out) {
+  out->set_time_nanos(TimeToNanos(in.at));
+  out->set_chain(in.chain);
+  out->set_target(in.target);
+  out->set_count(in.count);
+  out->set_classified(EnumToInt(in.classified));
+  out->set_latency_nanos(DurationToNanos(in.latency));
+  const OutcomeFacts& f = in.facts;
+  out->set_success(f.success);
+  out->set_http_status(f.http_status);
+  out->set_grpc_code(f.grpc_code);
+  out->set_transport(EnumToInt(f.transport));
+  out->set_message(f.message);
+  out->set_error_code(f.error_code);
+  out->set_retry_after_nanos(DurationToNanos(f.retry_after));
+  out->set_phase(EnumToInt(f.phase));
+  out->set_admission_rejected(f.admission_rejected);
+  out->set_cancelled(f.cancelled);
+}
+
+bool DecodeTrace(const TraceRecord& in, TraceEntry* out) {
+  out->at = TimeFromNanos(in.time_nanos());
+  out->chain = in.chain();
+  out->target = in.target();
+  out->count = in.count();
+  out->latency = DurationFromNanos(in.latency_nanos());
+  OutcomeFacts& f = out->facts;
+  f.success = in.success();
+  f.http_status = in.http_status();
+  f.grpc_code = in.grpc_code();
+  f.message = in.message();
+  f.error_code = in.error_code();
+  f.retry_after = DurationFromNanos(in.retry_after_nanos());
+  f.admission_rejected = in.admission_rejected();
+  f.cancelled = in.cancelled();
+  return in.count() > 0 && EnumFromInt(in.classified(), Reason::kRetryBudget, &out->classified) &&
+         EnumFromInt(in.transport(), TransportError::kTimeout, &f.transport) &&
+         EnumFromInt(in.phase(), Phase::kAfterSideEffect, &f.phase);
+}
+
 }  // namespace failover::storage

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/change.h"
+#include "common/outcome.h"
 #include "records.pb.h"  // generated from storage/records.proto
 
 namespace failover::storage {
@@ -23,5 +24,7 @@ void EncodeHealth(const TargetStateRecord& in, HealthRecord* out);
 [[nodiscard]] bool DecodeHealth(const HealthRecord& in, TargetStateRecord* out);
 void EncodeChainState(const failover::ChainStateRecord& in, storage::ChainStateRecord* out);
 [[nodiscard]] bool DecodeChainState(const storage::ChainStateRecord& in, failover::ChainStateRecord* out);
+void EncodeTrace(const TraceEntry& in, TraceRecord* out);
+[[nodiscard]] bool DecodeTrace(const TraceRecord& in, TraceEntry* out);
 
 }  // namespace failover::storage

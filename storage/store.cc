@@ -198,9 +198,21 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, 
   RETURN_IF_ERROR(store->CheckFreeSpace(0));
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   if (exists) {
+    // A family added since the dir was written (kAddedFamilies) is created;
+    // any other missing one is refused by Open below, as before.
+    std::vector<std::string> present;
+    RETURN_IF_ERROR(FromRocks(rocksdb::DB::ListColumnFamilies(options, data_dir, &present), data_dir));
+    std::vector<rocksdb::ColumnFamilyDescriptor> existing;
+    for (const rocksdb::ColumnFamilyDescriptor& d : descriptors) {
+      const bool added = std::any_of(kAddedFamilies.begin(), kAddedFamilies.end(),
+                                     [&](Family f) { return d.name == kFamilies[static_cast<int>(f)].name; });
+      const bool there = std::find(present.begin(), present.end(), d.name) != present.end();
+      if (there || !added) existing.push_back(d);
+      if (!there && added) options.create_missing_column_families = true;
+    }
     // Read it whole without writing anything: a database that does not read
     // back whole, or lost acknowledged writes, is refused untouched.
-    RETURN_IF_ERROR(CheckReadOnly(options, data_dir, descriptors));
+    RETURN_IF_ERROR(CheckReadOnly(options, data_dir, existing));
   }
   rocksdb::Status s = rocksdb::DB::Open(options, data_dir, descriptors, &handles, &store->db_);
   RETURN_IF_ERROR(FromRocks(s, data_dir));
@@ -287,6 +299,20 @@ absl::Status Store::CheckSchema() {
   it->SeekToFirst();
   uint64_t oldest = 0;
   if (it->Valid() && DecodeUint64(it->key().ToStringView(), &oldest)) oldest_event_.store(oldest);
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
+  // The trace continues after its newest entry.
+  it.reset(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kTrace)));
+  uint64_t first = 0;
+  uint64_t last = 0;
+  it->SeekToFirst();
+  if (it->Valid() && DecodeUint64(it->key().ToStringView(), &first)) {
+    it->SeekToLast();
+    if (!it->Valid() || !DecodeUint64(it->key().ToStringView(), &last) || last < first) {
+      return Corrupt(data_dir_, "trace", it->Valid() ? it->key().ToString() : "(last)");
+    }
+    oldest_trace_.store(first);
+    next_trace_.store(last + 1);
+  }
   return FromRocks(it->status(), data_dir_);
 }
 
@@ -593,6 +619,81 @@ absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::
   sync.sync = true;
   const rocksdb::Status s = db_->DeleteRange(sync, events, EncodeUint64(oldest), EncodeUint64(cut));
   if (s.ok()) oldest_event_.store(cut);
+  return FromRocks(s, data_dir_);
+}
+
+absl::Status Store::AppendTrace(std::vector<TraceEntry>* entries) {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::lock_guard<std::mutex> one_writer(trace_mu_);
+  rocksdb::ColumnFamilyHandle* trace = handle(Family::kTrace);
+  rocksdb::WriteBatch batch;
+  uint64_t next = next_trace_.load();
+  TraceRecord r;
+  std::string value;
+  for (TraceEntry& e : *entries) {
+    e.number = next++;
+    r.Clear();
+    EncodeTrace(e, &r);
+    r.SerializeToString(&value);
+    batch.Put(trace, EncodeUint64(e.number), value);
+  }
+  RETURN_IF_ERROR(CheckFreeSpace(batch.GetDataSize()));
+  RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), data_dir_));
+  next_trace_.store(next);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TraceEntry>> Store::ReadTrace(absl::Time from, absl::Time to, absl::string_view chain,
+                                                         size_t limit) const {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::vector<TraceEntry> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kTrace)));
+  TraceRecord r;
+  // Entries are appended in the order they were counted, so times rise
+  // (within a clock step): the scan stops at the first entry past `to`.
+  for (it->SeekToFirst(); it->Valid() && out.size() < limit; it->Next()) {
+    TraceEntry e;
+    if (!DecodeUint64(it->key().ToStringView(), &e.number) ||
+        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) || !DecodeTrace(r, &e)) {
+      return Corrupt(data_dir_, "trace", absl::StrCat(e.number));
+    }
+    if (e.at >= to) break;
+    if (e.at < from || (!chain.empty() && e.chain != chain)) continue;
+    out.push_back(std::move(e));
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
+  return out;
+}
+
+absl::Status Store::TrimTrace(size_t keep_count, absl::Duration max_age, absl::Time now) {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::lock_guard<std::mutex> one_writer(trace_mu_);
+  const uint64_t oldest = oldest_trace_.load();
+  const uint64_t next = next_trace_.load();
+  // By count: everything below next - keep_count goes.
+  uint64_t cut = next - oldest > keep_count ? next - keep_count : oldest;
+  // By age: walk forward from there while entries are too old.
+  rocksdb::ColumnFamilyHandle* trace = handle(Family::kTrace);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), trace));
+  TraceRecord r;
+  for (it->Seek(EncodeUint64(cut)); it->Valid(); it->Next()) {
+    uint64_t number = 0;
+    if (!DecodeUint64(it->key().ToStringView(), &number) ||
+        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Corrupt(data_dir_, "trace", it->key().ToString());
+    }
+    if (TimeFromNanos(r.time_nanos()) >= now - max_age) break;
+    cut = number + 1;
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
+  if (cut <= oldest) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFreeSpace(0));
+  const rocksdb::Status s =
+      db_->DeleteRange(rocksdb::WriteOptions(), trace, EncodeUint64(oldest), EncodeUint64(cut));
+  if (s.ok()) oldest_trace_.store(cut);
   return FromRocks(s, data_dir_);
 }
 

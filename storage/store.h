@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/change.h"
+#include "common/outcome.h"
 
 namespace rocksdb {
 class DB;
@@ -34,6 +35,7 @@ enum class Family : int {
   kChainState,   // chain -> active target, state, active since
   kEvents,       // sequence -> event
   kMeta,         // schema version, next event sequence, instance id
+  kTrace,        // trace number -> counted outcome (DESIGN 3.17)
   kCount,
 };
 
@@ -52,7 +54,11 @@ inline constexpr std::array<FamilyInfo, static_cast<int>(Family::kCount)> kFamil
     {Family::kChainState, "chain_state"},
     {Family::kEvents, "events"},
     {Family::kMeta, "meta"},
+    {Family::kTrace, "trace"},
 }};
+
+// Families a data dir from an earlier build may lack; Open adds them.
+inline constexpr std::array<Family, 1> kAddedFamilies = {Family::kTrace};
 
 // The on-disk layout version this build writes. A newer one on disk is
 // refused; so is version 1 (records in the API's format, before storage had its own).
@@ -115,6 +121,20 @@ class Store {
   // Drops events beyond the newest `keep_count` and those older than `max_age`.
   [[nodiscard]] absl::Status TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now);
 
+  // The outcome trace (DESIGN 3.17): counted outcomes numbered in the order
+  // they are appended, apart from the event log. Appends are not synced (a
+  // machine crash may lose the newest); the trace is a record for tuning, not
+  // acknowledged state. Sets each entry's number.
+  [[nodiscard]] absl::Status AppendTrace(std::vector<TraceEntry>* entries);
+  // Entries counted in [from, to), oldest first, at most `limit`; only
+  // `chain`'s when it is not empty.
+  [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> ReadTrace(absl::Time from, absl::Time to,
+                                                                  absl::string_view chain, size_t limit) const;
+  // Drops entries beyond the newest `keep_count` and those older than `max_age`.
+  [[nodiscard]] absl::Status TrimTrace(size_t keep_count, absl::Duration max_age, absl::Time now);
+  // Entries kept now.
+  uint64_t trace_size() const { return next_trace_.load() - oldest_trace_.load(); }
+
   // For tests that reach under the API.
   rocksdb::DB* db() const { return db_; }
   rocksdb::ColumnFamilyHandle* handle(Family f) const { return handles_[static_cast<int>(f)]; }
@@ -138,6 +158,10 @@ class Store {
   // Shared by every use of the database; Close takes it exclusively.
   mutable std::shared_mutex mu_;
   std::mutex write_mu_;  // one Write or TrimEvents at a time
+  std::mutex trace_mu_;  // one AppendTrace or TrimTrace at a time
+  // Trace numbers kept are [oldest_trace_, next_trace_); written under trace_mu_.
+  std::atomic<uint64_t> next_trace_{1};
+  std::atomic<uint64_t> oldest_trace_{1};
   uint64_t reserved_sequence_ = 0;  // guarded by write_mu_ (and set at open)
   rocksdb::DB* db_ = nullptr;
   std::array<rocksdb::ColumnFamilyHandle*, static_cast<int>(Family::kCount)> handles_{};

@@ -252,6 +252,10 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   // this outcome made that could not be saved is named in the answer, and the
   // verdict stands; failoverd refuses further changes until it can save.
   if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
+  if (ctx_.trace != nullptr && ctx_.trace->enabled() && report.count && !follower) {
+    ctx_.trace->Add(TraceEntry{0, ctx_.clock->Now(), result.chain, report.target, OutcomesOf(req), result.classified,
+                               report.latency, std::move(report.facts)});
+  }
   if (relay_after) {
     ReportOutcomeRequest relayed = req;
     relayed.set_chain(result.chain);

@@ -8,6 +8,7 @@
 #include "server/api/event_log.h"
 #include "server/api/leader_link.h"
 #include "server/api/metrics.h"
+#include "server/api/outcome_trace.h"
 #include "server/committer/committer.h"
 #include "common/clock.h"
 #include "server/engine/engine.h"
@@ -26,6 +27,9 @@ struct ServiceContext {
   // are. Null (tests of the handlers alone): nothing is waited for.
   Committer* committer = nullptr;
   Metrics* metrics = nullptr;        // optional
+  // Where counted outcomes are traced (DESIGN 3.17); optional. In cluster
+  // mode only the leader traces: it counts every replica's outcomes.
+  OutcomeTrace* trace = nullptr;
   const Authorizer* auth = nullptr;  // null: every call is allowed
   // Cluster mode: the way to the leader; null on a single node.
   LeaderLink* leader = nullptr;

@@ -11,25 +11,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/model.h"
+#include "common/outcome.h"
 
 namespace failover {
-
-enum class TransportError : uint8_t { kNone, kConnectRefused, kDns, kReset, kTls, kTimeout };
-enum class Phase : uint8_t { kBeforeResponse, kAfterFirstByte, kAfterSideEffect };
-
-// What the caller saw on one attempt.
-struct OutcomeFacts {
-  bool success = false;
-  uint32_t http_status = 0;  // 0 = none
-  int grpc_code = 0;         // canonical code; 0 = none
-  TransportError transport = TransportError::kNone;
-  std::string message;
-  std::string error_code;
-  absl::Duration retry_after = absl::ZeroDuration();
-  Phase phase = Phase::kBeforeResponse;
-  bool admission_rejected = false;
-  bool cancelled = false;
-};
 
 struct Classification {
   Reason reason = Reason::kNone;

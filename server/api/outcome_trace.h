@@ -1,0 +1,45 @@
+// The outcome trace's in-memory side (DESIGN 3.17). The report path appends
+// one entry per counted outcome under a short lock; once a second the ticker
+// writes what was appended to the data dir and trims it by count and age.
+// What waits here is lost by a crash: at most a second of trace, never
+// acknowledged state.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/outcome.h"
+#include "storage/store.h"
+
+namespace failover::api {
+
+class OutcomeTrace {
+ public:
+  // `keep` entries and `max_age` bound the trace on disk; keep = 0 turns it off.
+  OutcomeTrace(size_t keep, absl::Duration max_age) : keep_(keep), max_age_(max_age) {}
+
+  bool enabled() const { return keep_ > 0; }
+  // Cuts the message to kTraceMessageBytes (valid UTF-8). While `keep`
+  // entries are already waiting (the data dir refuses writes), the entry is
+  // dropped and counted instead, so memory stays bounded.
+  void Add(TraceEntry entry);
+  // Writes what waits, then trims the trace on disk. What a refused write
+  // held goes back to wait (within the bound) for the next call.
+  [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now);
+
+  // Entries dropped because too many waited.
+  uint64_t dropped() const;
+
+ private:
+  const size_t keep_;
+  const absl::Duration max_age_;
+  mutable absl::Mutex mu_;
+  std::vector<TraceEntry> waiting_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace failover::api

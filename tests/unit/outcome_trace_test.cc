@@ -1,0 +1,198 @@
+// The outcome trace (DESIGN 3.17): the in-memory buffer the report path
+// appends to, written to a real RocksDB data dir in a temp dir.
+#include "server/api/outcome_trace.h"
+
+#include "common/utf8.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "storage/store.h"
+#include "tests/support/failoverd_process.h"
+
+namespace failover::api {
+namespace {
+
+using ::failover::storage::Store;
+using ::failover::testing::TempDir;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+std::unique_ptr<Store> OpenOk(const std::string& dir) {
+  auto s = Store::Open(dir);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(s).value() : nullptr;
+}
+
+TraceEntry Failure(absl::Time at, int n) {
+  TraceEntry e;
+  e.at = at;
+  e.chain = "chat";
+  e.target = n % 2 == 0 ? "openai" : "anthropic";
+  e.classified = Reason::kServerError;
+  e.latency = absl::Milliseconds(n);
+  e.facts.http_status = 503;
+  e.facts.message = absl::StrCat("overloaded ", n);
+  e.facts.error_code = "overloaded_error";
+  e.facts.retry_after = absl::Seconds(2);
+  e.facts.transport = TransportError::kReset;
+  e.facts.phase = Phase::kAfterFirstByte;
+  return e;
+}
+
+std::vector<TraceEntry> ReadAll(const Store& store, absl::string_view chain = "") {
+  auto read = store.ReadTrace(absl::InfinitePast(), absl::InfiniteFuture(), chain, 1'000'000);
+  EXPECT_TRUE(read.ok()) << read.status();
+  return read.ok() ? *read : std::vector<TraceEntry>{};
+}
+
+TEST(OutcomeTraceTest, EntriesSurviveARestartWithEveryFactAndTheNumberingGoesOn) {
+  TempDir dir;
+  {
+    auto store = OpenOk(dir.path());
+    OutcomeTrace trace(1000, absl::Hours(24));
+    for (int i = 0; i < 3; ++i) trace.Add(Failure(kT0 + absl::Seconds(i), i));
+    TraceEntry batch;
+    batch.at = kT0 + absl::Seconds(3);
+    batch.chain = "embed";
+    batch.target = "local";
+    batch.count = 40;  // forty successes sent as one report
+    batch.facts.success = true;
+    trace.Add(batch);
+    ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(4)).ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto store = OpenOk(dir.path());
+  std::vector<TraceEntry> back = ReadAll(*store);
+  ASSERT_EQ(back.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    const TraceEntry want = Failure(kT0 + absl::Seconds(i), i);
+    const TraceEntry& got = back[i];
+    EXPECT_EQ(got.number, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(got.at, want.at);
+    EXPECT_EQ(got.chain, want.chain);
+    EXPECT_EQ(got.target, want.target);
+    EXPECT_EQ(got.count, 1u);
+    EXPECT_EQ(got.classified, Reason::kServerError);
+    EXPECT_EQ(got.latency, want.latency);
+    EXPECT_FALSE(got.facts.success);
+    EXPECT_EQ(got.facts.http_status, 503u);
+    EXPECT_EQ(got.facts.message, want.facts.message);
+    EXPECT_EQ(got.facts.error_code, "overloaded_error");
+    EXPECT_EQ(got.facts.retry_after, absl::Seconds(2));
+    EXPECT_EQ(got.facts.transport, TransportError::kReset);
+    EXPECT_EQ(got.facts.phase, Phase::kAfterFirstByte);
+  }
+  EXPECT_EQ(back[3].count, 40u);
+  EXPECT_TRUE(back[3].facts.success);
+  EXPECT_EQ(ReadAll(*store, "embed").size(), 1u);
+
+  OutcomeTrace trace(1000, absl::Hours(24));
+  trace.Add(Failure(kT0 + absl::Seconds(5), 5));
+  ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(6)).ok());
+  back = ReadAll(*store);
+  ASSERT_EQ(back.size(), 5u);
+  EXPECT_EQ(back[4].number, 5u);
+}
+
+TEST(OutcomeTraceTest, AFloodKeepsTheNewestEntriesOnDiskAndBoundsWhatWaits) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(100, absl::Hours(24));
+  int n = 0;
+  for (int second = 0; second < 10; ++second) {
+    for (int i = 0; i < 100; ++i, ++n) trace.Add(Failure(kT0 + absl::Seconds(second), n));
+    ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(second)).ok());
+    EXPECT_EQ(store->trace_size(), 100u);
+  }
+  std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 100u);
+  EXPECT_EQ(kept.front().number, 901u);
+  EXPECT_EQ(kept.back().number, 1000u);
+  EXPECT_EQ(kept.back().facts.message, "overloaded 999");
+  EXPECT_EQ(trace.dropped(), 0u);
+
+  // Without a flush (a stalled ticker), no more than `keep` wait in memory.
+  for (int i = 0; i < 250; ++i) trace.Add(Failure(kT0 + absl::Seconds(11), i));
+  EXPECT_EQ(trace.dropped(), 150u);
+  ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(11)).ok());
+  kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 100u);
+  EXPECT_EQ(kept.back().facts.message, "overloaded 99");  // the first hundred were kept
+}
+
+TEST(OutcomeTraceTest, EntriesOlderThanTheMaxAgeGo) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(1000, absl::Hours(2));
+  for (int h = 0; h < 5; ++h) trace.Add(Failure(kT0 + absl::Hours(h), h));
+  ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Hours(4) + absl::Minutes(30)).ok());
+  std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 2u);  // 3h and 4h are within 2h of 4h30
+  EXPECT_EQ(kept.front().at, kT0 + absl::Hours(3));
+  // A window reads only what was counted inside it.
+  auto window = store->ReadTrace(kT0 + absl::Hours(3), kT0 + absl::Hours(4), "", 10);
+  ASSERT_TRUE(window.ok());
+  ASSERT_EQ(window->size(), 1u);
+  EXPECT_EQ((*window)[0].at, kT0 + absl::Hours(3));
+}
+
+TEST(OutcomeTraceTest, AMessageIsCutToValidUtf8) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(10, absl::Hours(1));
+  TraceEntry e = Failure(kT0, 0);
+  e.facts.message = std::string(5000, 'x') + "\xff";
+  e.facts.error_code = "bad\xc3";
+  trace.Add(e);
+  ASSERT_TRUE(trace.Flush(store.get(), kT0).ok());
+  std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_LE(kept[0].facts.message.size(), kTraceMessageBytes);
+  EXPECT_TRUE(IsValidUtf8(kept[0].facts.message));
+  EXPECT_TRUE(IsValidUtf8(kept[0].facts.error_code));
+  EXPECT_THAT(kept[0].facts.error_code, ::testing::StartsWith("bad"));
+}
+
+TEST(OutcomeTraceTest, WhatARefusedWriteHeldIsWrittenOnceTheStoreTakesWritesAgain) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(10, absl::Hours(1));
+  for (int i = 0; i < 4; ++i) trace.Add(Failure(kT0, i));
+  ASSERT_TRUE(store->Close().ok());
+  EXPECT_FALSE(trace.Flush(store.get(), kT0).ok());
+  for (int i = 4; i < 12; ++i) trace.Add(Failure(kT0, i));  // two past the bound
+  EXPECT_EQ(trace.dropped(), 2u);
+  store.reset();
+  store = OpenOk(dir.path());
+  ASSERT_TRUE(trace.Flush(store.get(), kT0).ok());
+  std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(kept[i].facts.message, absl::StrCat("overloaded ", i));
+}
+
+TEST(OutcomeTraceTest, ADataDirFromBeforeTheTraceOpensAndGainsOne) {
+  TempDir dir;
+  ASSERT_TRUE(OpenOk(dir.path())->Close().ok());
+  {
+    // Take the family away, as a data dir written by an earlier build lacks it.
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const storage::FamilyInfo& f : storage::kFamilies) families.emplace_back(f.name, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path(), families, &handles, &db).ok());
+    ASSERT_TRUE(db->DropColumnFamily(handles[static_cast<int>(storage::Family::kTrace)]).ok());
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  auto store = OpenOk(dir.path());
+  ASSERT_NE(store, nullptr);
+  OutcomeTrace trace(10, absl::Hours(1));
+  trace.Add(Failure(kT0, 0));
+  ASSERT_TRUE(trace.Flush(store.get(), kT0).ok());
+  EXPECT_EQ(ReadAll(*store).size(), 1u);
+}
+
+}  // namespace
+}  // namespace failover::api

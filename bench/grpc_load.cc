@@ -52,6 +52,7 @@ struct Options {
   std::string strategy = "failover";  // or least_latency
   int server_cpu = 0;       // -1: not pinned
   int client_cpu = 1;
+  std::vector<std::string> server_args;  // passed on to failoverd
 };
 
 
@@ -219,6 +220,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--client-cpu", options.client_cpu, "CPU the load generator is pinned to; -1 = not pinned")
       ->capture_default_str();
+  app.add_option("--server-arg", options.server_args,
+                 "A flag passed on to failoverd, such as --server-arg=--trace-keep=0; repeatable");
   CLI11_PARSE(app, argc, argv);
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (options.server_cpu >= cpus || options.client_cpu >= cpus) {
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
   }
 
   failover::testing::TempDir data;
-  auto started = failover::bench::StartFailoverd(data);
+  auto started = failover::bench::StartFailoverd(data, options.server_args);
   if (started == nullptr) return 1;
   failover::testing::FailoverdProcess& proc = *started;
   if (options.server_cpu >= 0 && !PinProcess(proc.pid(), options.server_cpu)) std::perror("pinning failoverd");

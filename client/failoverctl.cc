@@ -455,6 +455,17 @@ bool IsKind(const v1::Event& e, const std::vector<v1::EventKind>& kinds) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
+// --since D: sets `from` to D before now; false (after a usage message) when D is not a duration.
+bool SinceFlag(const std::string& since, google::protobuf::Timestamp* from) {
+  absl::Duration back;
+  if (!absl::ParseDuration(since, &back) || back <= absl::ZeroDuration()) {
+    Usage(absl::StrCat("--since: expected a duration such as 30m or 2h, got \"", since, "\""));
+    return false;
+  }
+  from->set_seconds(absl::ToUnixSeconds(absl::Now() - back));
+  return true;
+}
+
 int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
            const std::string& since, const std::vector<std::string>& kind_names) {
   v1::ListEventsRequest req;
@@ -464,14 +475,7 @@ int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, con
   std::vector<v1::EventKind> kinds;
   if (!KindsFromFlags(kind_names, &kinds)) return kExitUsage;
   for (v1::EventKind k : kinds) req.add_kinds(k);
-  if (!since.empty()) {
-    absl::Duration back;
-    if (!absl::ParseDuration(since, &back) || back <= absl::ZeroDuration()) {
-      return Usage(absl::StrCat("--since: expected a duration such as 30m or 2h, got \"", since, "\""));
-    }
-    const absl::Time from = absl::Now() - back;
-    req.mutable_since()->set_seconds(absl::ToUnixSeconds(from));
-  }
+  if (!since.empty() && !SinceFlag(since, req.mutable_since())) return kExitUsage;
   v1::ListEventsResponse resp;
   const grpc::Status s = ctl.admin->ListEvents(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);
@@ -480,6 +484,65 @@ int Events(Ctl& ctl, uint32_t limit, const std::vector<std::string>& chains, con
   for (const auto& e : resp.events()) {
     std::cout << DescribeEvent(e) << "  (" << failover::client::Ago(e.time(), now) << ")\n";
   }
+  return kExitOk;
+}
+
+// One line per traced outcome: number, time, chain and target, what the
+// caller saw, and how the live policy classified it.
+std::string DescribeTraceEntry(const v1::TraceEntry& e) {
+  const absl::Time at = absl::FromUnixSeconds(e.time().seconds()) + absl::Nanoseconds(e.time().nanos());
+  std::string line = absl::StrCat(e.number(), "  ", absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", at, absl::LocalTimeZone()),
+                                  "  ", e.chain().empty() ? "-" : e.chain(), "  ", e.target(), "  ");
+  if (e.probe_outcome() != v1::PROBE_OUTCOME_UNSPECIFIED) {
+    absl::StrAppend(&line, Lower(v1::ProbeKind_Name(e.probe_kind()), "PROBE_KIND_"), " check ",
+                    Lower(v1::ProbeOutcome_Name(e.probe_outcome()), "PROBE_OUTCOME_"));
+    if (e.has_failure() && !e.failure().message().empty()) absl::StrAppend(&line, " \"", e.failure().message(), "\"");
+  } else if (e.has_success()) {
+    absl::StrAppend(&line, "ok");
+    if (e.count() > 1) absl::StrAppend(&line, " x", e.count());
+  } else {
+    const v1::Failure& f = e.failure();
+    std::vector<std::string> seen;
+    if (f.http_status() != 0) seen.push_back(absl::StrCat(f.http_status()));
+    if (f.grpc_code() != 0) seen.push_back(absl::StrCat("grpc ", f.grpc_code()));
+    if (f.transport_error() != v1::TRANSPORT_ERROR_UNSPECIFIED) {
+      seen.push_back(Lower(v1::TransportError_Name(f.transport_error()), "TRANSPORT_ERROR_"));
+    }
+    if (f.cancelled()) seen.push_back("cancelled");
+    if (f.admission_rejected()) seen.push_back("admission rejected");
+    if (!f.error_code().empty()) seen.push_back(f.error_code());
+    if (!f.message().empty()) seen.push_back(absl::StrCat("\"", f.message(), "\""));
+    absl::StrAppend(&line, seen.empty() ? "failure" : absl::StrJoin(seen, " "), " -> ",
+                    Lower(v1::FailureReason_Name(e.reason()), "FAILURE_REASON_"));
+  }
+  if (e.has_latency()) {
+    absl::StrAppend(&line, "  ",
+                    absl::FormatDuration(absl::Seconds(e.latency().seconds()) + absl::Nanoseconds(e.latency().nanos())));
+  }
+  return line;
+}
+
+int Trace(Ctl& ctl, const std::string& chain, const std::string& since, uint32_t limit) {
+  v1::ListTraceRequest req;
+  req.set_chain(chain);
+  if (!since.empty() && !SinceFlag(since, req.mutable_from())) return kExitUsage;
+  // Page by number until the window or --limit is done.
+  v1::ListTraceResponse all;
+  for (;;) {
+    constexpr uint32_t kPage = 1000;
+    const uint32_t left = limit - static_cast<uint32_t>(all.entries_size());
+    req.set_limit(std::min(kPage, left));
+    v1::ListTraceResponse page;
+    const grpc::Status s = ctl.admin->ListTrace(ctl.Ctx(), req, &page);
+    if (!s.ok()) return ExitFor(s);
+    for (auto& e : *page.mutable_entries()) *all.add_entries() = std::move(e);
+    all.set_more(page.more());
+    if (!page.more() || all.entries_size() == 0 || static_cast<uint32_t>(all.entries_size()) >= limit) break;
+    req.set_after_number(all.entries(all.entries_size() - 1).number());
+  }
+  if (ctl.PrintStructured(all)) return kExitOk;
+  for (const auto& e : all.entries()) std::cout << DescribeTraceEntry(e) << "\n";
+  if (all.more()) std::cout << "(more in the trace: raise --limit or narrow --since)\n";
   return kExitOk;
 }
 
@@ -794,6 +857,16 @@ int main(int argc, char** argv) {
   events->add_option("--since", since, "Only events this recent: a duration such as 30m or 2h");
   events->add_option("--kind", kinds, "Only this kind: chain (switches), target (health), config; repeatable");
 
+  std::string trace_chain, trace_since;
+  uint32_t trace_limit = 1000;
+  CLI::App* trace = app.add_subcommand("trace", "Counted outcomes from failoverd's outcome trace, oldest first")
+                        ->footer("Examples:\n  failoverctl trace --since 10m\n  failoverctl trace --chain assistant-llm -o json");
+  trace->add_option("--chain", trace_chain, "Only this chain's outcomes");
+  trace->add_option("--since", trace_since, "Only outcomes this recent: a duration such as 30m or 2h");
+  trace->add_option("--limit", trace_limit, "At most this many, the oldest first")
+      ->check(CLI::Range(1u, 1000000u))
+      ->capture_default_str();
+
   int64_t max_events = 0;
   int64_t after = -1;
   CLI::App* watch = app.add_subcommand("watch", "Follow events live until interrupted; resumes after a dropped connection")
@@ -895,6 +968,7 @@ int main(int argc, char** argv) {
   if (*get) return Get(ctl, what, name);
   if (*status) return Status(ctl, status_watch);
   if (*events) return Events(ctl, limit, chains, targets, since, kinds);
+  if (*trace) return Trace(ctl, trace_chain, trace_since, trace_limit);
   if (*watch) return Watch(ctl, chains, targets, max_events, after, kinds);
   if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
   if (*report) {

@@ -30,8 +30,13 @@ struct OutcomeFacts {
   bool cancelled = false;
 };
 
-// One counted outcome as the outcome trace keeps it: enough to judge it again
-// under another policy (the facts, not only the live classification).
+// What a trace entry records: a caller's outcome, or a health check's result.
+enum class TraceSource : uint8_t { kOutcome, kProbePass, kProbeFail, kProbeThrottled, kProbeNotLoaded };
+inline constexpr int kTraceSourceCount = static_cast<int>(TraceSource::kProbeNotLoaded) + 1;
+
+// One counted outcome (or accepted check result) as the outcome trace keeps
+// it: enough to judge it again under another policy (the facts, not only the
+// live classification).
 struct TraceEntry {
   uint64_t number = 0;  // the trace's own numbering, set when stored
   absl::Time at;        // wall time failoverd counted it
@@ -43,6 +48,8 @@ struct TraceEntry {
   // The attempt's latency as the caller measured it; zero = not given.
   absl::Duration latency = absl::ZeroDuration();
   OutcomeFacts facts;  // message cut to kTraceMessageBytes
+  TraceSource source = TraceSource::kOutcome;
+  bool recovery_probe = false;  // a check result: the check was a recovery check
 };
 
 // A traced message is cut to this many bytes: the trace keeps what tells

@@ -282,6 +282,9 @@ absl::Status Daemon::Start() {
   context.committer = committer_.get();
   context.metrics = metrics_.get();
   context.trace = trace_.get();
+  context.read_trace = [this](absl::Time from, absl::Time to, absl::string_view chain, size_t limit, uint64_t after) {
+    return trace_->Read(store_.get(), from, to, chain, limit, after);
+  };
   context.auth = auth_.get();
   context.leader = replica_.get();
   context.started = clock_.Now();

@@ -253,6 +253,8 @@ void EncodeTrace(const TraceEntry& in, TraceRecord* out) {
   out->set_phase(EnumToInt(f.phase));
   out->set_admission_rejected(f.admission_rejected);
   out->set_cancelled(f.cancelled);
+  out->set_source(EnumToInt(in.source));
+  out->set_recovery_probe(in.recovery_probe);
 }
 
 bool DecodeTrace(const TraceRecord& in, TraceEntry* out) {
@@ -270,7 +272,8 @@ bool DecodeTrace(const TraceRecord& in, TraceEntry* out) {
   f.retry_after = DurationFromNanos(in.retry_after_nanos());
   f.admission_rejected = in.admission_rejected();
   f.cancelled = in.cancelled();
-  return in.count() > 0 && EnumFromInt(in.classified(), Reason::kRetryBudget, &out->classified) &&
+  out->recovery_probe = in.recovery_probe();
+  return in.count() > 0 && EnumFromInt(in.source(), TraceSource::kProbeNotLoaded, &out->source) && EnumFromInt(in.classified(), Reason::kRetryBudget, &out->classified) &&
          EnumFromInt(in.transport(), TransportError::kTimeout, &f.transport) &&
          EnumFromInt(in.phase(), Phase::kAfterSideEffect, &f.phase);
 }

@@ -645,7 +645,7 @@ absl::Status Store::AppendTrace(std::vector<TraceEntry>* entries) {
 }
 
 absl::StatusOr<std::vector<TraceEntry>> Store::ReadTrace(absl::Time from, absl::Time to, absl::string_view chain,
-                                                         size_t limit) const {
+                                                         size_t limit, uint64_t after) const {
   std::shared_lock<std::shared_mutex> open(mu_);
   RETURN_IF_ERROR(OpenOrRefuse());
   std::vector<TraceEntry> out;
@@ -653,7 +653,7 @@ absl::StatusOr<std::vector<TraceEntry>> Store::ReadTrace(absl::Time from, absl::
   TraceRecord r;
   // Entries are appended in the order they were counted, so times rise
   // (within a clock step): the scan stops at the first entry past `to`.
-  for (it->SeekToFirst(); it->Valid() && out.size() < limit; it->Next()) {
+  for (it->Seek(EncodeUint64(after + 1)); it->Valid() && out.size() < limit; it->Next()) {
     TraceEntry e;
     if (!DecodeUint64(it->key().ToStringView(), &e.number) ||
         !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) || !DecodeTrace(r, &e)) {

@@ -126,10 +126,11 @@ class Store {
   // machine crash may lose the newest); the trace is a record for tuning, not
   // acknowledged state. Sets each entry's number.
   [[nodiscard]] absl::Status AppendTrace(std::vector<TraceEntry>* entries);
-  // Entries counted in [from, to), oldest first, at most `limit`; only
-  // `chain`'s when it is not empty.
+  // Entries counted in [from, to) and numbered after `after`, oldest first,
+  // at most `limit`; only `chain`'s when it is not empty.
   [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> ReadTrace(absl::Time from, absl::Time to,
-                                                                  absl::string_view chain, size_t limit) const;
+                                                                  absl::string_view chain, size_t limit,
+                                                                  uint64_t after = 0) const;
   // Drops entries beyond the newest `keep_count` and those older than `max_age`.
   [[nodiscard]] absl::Status TrimTrace(size_t keep_count, absl::Duration max_age, absl::Time now);
   // Entries kept now.

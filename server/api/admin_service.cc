@@ -133,6 +133,35 @@ grpc::ServerUnaryReactor* AdminService::GetStatus(grpc::CallbackServerContext* c
     grpc::ByteBuffer* out) {
   return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &AdminService::DoGetStatus);
 }
+
+grpc::ServerUnaryReactor* AdminService::ListTrace(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  // Admin only: the trace holds callers' error messages. The leader's trace.
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoListTrace, Route::kLeader);
+}
+
+absl::Status AdminService::DoListTrace(const failover::v1::ListTraceRequest& req,
+                                       failover::v1::ListTraceResponse* resp) {
+  if (!ctx_.read_trace) return absl::UnimplementedError("this failoverd keeps no outcome trace");
+  constexpr uint32_t kDefaultLimit = 1000;
+  constexpr uint32_t kMaxLimit = 5000;
+  if (req.limit() > kMaxLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("limit: at most ", kMaxLimit, ", got ", req.limit()));
+  }
+  if (!req.chain().empty()) RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  const absl::Time from = req.has_from() ? TimeFromProto(req.from()) : absl::InfinitePast();
+  const absl::Time to = req.has_to() ? TimeFromProto(req.to()) : absl::InfiniteFuture();
+  if (to <= from) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("to: must be after from (", absl::FormatTime(from), "), got ", absl::FormatTime(to)));
+  }
+  const size_t limit = req.limit() == 0 ? kDefaultLimit : req.limit();
+  ASSIGN_OR_RETURN(std::vector<TraceEntry> entries, ctx_.read_trace(from, to, req.chain(), limit + 1, req.after_number()));
+  resp->set_more(entries.size() > limit);
+  if (entries.size() > limit) entries.resize(limit);
+  for (const TraceEntry& e : entries) TraceEntryToProto(e, resp->add_entries());
+  return absl::OkStatus();
+}
 namespace {
 
 void FillTargetView(const failover::TargetView& v, failover::v1::TargetView* out) {

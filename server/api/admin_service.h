@@ -24,7 +24,8 @@ using AdminServiceBase =
     AdminGrpc::WithRawCallbackMethod_ProbeNow<
     AdminGrpc::WithRawCallbackMethod_ListEvents<
     AdminGrpc::WithRawCallbackMethod_GetStatus<
-    AdminGrpc::Service>>>>>>>>>>>>>>>;
+    AdminGrpc::WithRawCallbackMethod_ListTrace<
+    AdminGrpc::Service>>>>>>>>>>>>>>>>;
 
 class AdminService final : public AdminServiceBase {
  public:
@@ -60,6 +61,8 @@ class AdminService final : public AdminServiceBase {
       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListTrace(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
 
  // The handlers without the call around them (the fuzzers call these).
   absl::Status DoApply(const failover::v1::ApplyRequest& req, failover::v1::ApplyResponse* resp);
@@ -77,6 +80,7 @@ class AdminService final : public AdminServiceBase {
   absl::Status DoListEvents(const failover::v1::ListEventsRequest& req, failover::v1::ListEventsResponse* resp);
   absl::Status DoGetStatus(const failover::v1::GetStatusRequest& req, failover::v1::StatusResponse* resp);
   absl::Status DoProbeNow(const failover::v1::ProbeNowRequest& req, failover::v1::ProbeNowResponse* resp);
+  absl::Status DoListTrace(const failover::v1::ListTraceRequest& req, failover::v1::ListTraceResponse* resp);
 
  private:
   absl::Status TargetViewOf(const std::string& name, failover::v1::TargetView* resp);

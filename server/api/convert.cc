@@ -155,4 +155,50 @@ void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out) {
   for (const auto& f : d.details) out->add_details(f);
 }
 
+void TraceEntryToProto(const TraceEntry& e, v1::TraceEntry* out) {
+  out->set_number(e.number);
+  TimeToProto(e.at, out->mutable_time());
+  out->set_chain(e.chain);
+  out->set_target(e.target);
+  out->set_count(e.count);
+  out->set_reason(ReasonToProto(e.classified));
+  if (e.latency != absl::ZeroDuration()) DurationToProto(e.latency, out->mutable_latency());
+  switch (e.source) {
+    case TraceSource::kOutcome: break;
+    case TraceSource::kProbePass: out->set_probe_outcome(v1::PROBE_OUTCOME_PASS); break;
+    case TraceSource::kProbeFail: out->set_probe_outcome(v1::PROBE_OUTCOME_FAIL); break;
+    case TraceSource::kProbeThrottled: out->set_probe_outcome(v1::PROBE_OUTCOME_THROTTLED); break;
+    case TraceSource::kProbeNotLoaded: out->set_probe_outcome(v1::PROBE_OUTCOME_NOT_LOADED); break;
+  }
+  if (e.source != TraceSource::kOutcome) {
+    out->set_probe_kind(e.recovery_probe ? v1::PROBE_KIND_RECOVERY : v1::PROBE_KIND_LIVENESS);
+  }
+  const OutcomeFacts& f = e.facts;
+  if (f.success) {
+    out->mutable_success();
+    return;
+  }
+  v1::Failure* failure = out->mutable_failure();
+  failure->set_http_status(f.http_status);
+  failure->set_grpc_code(f.grpc_code);
+  switch (f.transport) {
+    case TransportError::kNone: failure->set_transport_error(v1::TRANSPORT_ERROR_UNSPECIFIED); break;
+    case TransportError::kConnectRefused: failure->set_transport_error(v1::TRANSPORT_ERROR_CONNECT_REFUSED); break;
+    case TransportError::kDns: failure->set_transport_error(v1::TRANSPORT_ERROR_DNS); break;
+    case TransportError::kReset: failure->set_transport_error(v1::TRANSPORT_ERROR_RESET); break;
+    case TransportError::kTls: failure->set_transport_error(v1::TRANSPORT_ERROR_TLS); break;
+    case TransportError::kTimeout: failure->set_transport_error(v1::TRANSPORT_ERROR_TIMEOUT); break;
+  }
+  failure->set_message(f.message);
+  failure->set_error_code(f.error_code);
+  if (f.retry_after != absl::ZeroDuration()) DurationToProto(f.retry_after, failure->mutable_retry_after());
+  switch (f.phase) {
+    case Phase::kBeforeResponse: failure->set_phase(v1::PHASE_BEFORE_RESPONSE); break;
+    case Phase::kAfterFirstByte: failure->set_phase(v1::PHASE_AFTER_FIRST_BYTE); break;
+    case Phase::kAfterSideEffect: failure->set_phase(v1::PHASE_AFTER_SIDE_EFFECT); break;
+  }
+  failure->set_admission_rejected(f.admission_rejected);
+  failure->set_cancelled(f.cancelled);
+}
+
 }  // namespace failover::api

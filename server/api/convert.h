@@ -3,6 +3,7 @@
 // in proto/model_convert.h. Errors are INVALID_ARGUMENT with the field path.
 #pragma once
 
+#include "failover/v1/admin.pb.h"
 #include "failover/v1/decision.pb.h"
 #include "proto/model_convert.h"
 #include "server/engine/engine.h"
@@ -17,5 +18,6 @@ void TargetStatusToProto(const TargetStatus& s, v1::TargetStatus* out);
 void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out);
 void AttemptToProto(const PlannedAttempt& a, v1::Attempt* out);
 void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out);
+void TraceEntryToProto(const TraceEntry& e, v1::TraceEntry* out);
 
 }  // namespace failover::api

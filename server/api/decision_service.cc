@@ -153,6 +153,23 @@ absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetRespo
   return absl::OkStatus();
 }
 
+void DecisionService::TraceCheck(const AcceptedCheck& check, absl::Time now) {
+  TraceEntry entry;
+  entry.at = now;
+  entry.target = check.target;
+  entry.recovery_probe = check.recovery;
+  if (check.result->latency >= absl::ZeroDuration()) entry.latency = check.result->latency;
+  switch (check.outcome) {
+    case ProbeOutcome::kPass: entry.source = TraceSource::kProbePass; break;
+    case ProbeOutcome::kFail: entry.source = TraceSource::kProbeFail; break;
+    case ProbeOutcome::kThrottled: entry.source = TraceSource::kProbeThrottled; break;
+    case ProbeOutcome::kNotLoaded: entry.source = TraceSource::kProbeNotLoaded; break;
+  }
+  entry.facts = check.result->facts;
+  entry.facts.success = check.outcome == ProbeOutcome::kPass || check.outcome == ProbeOutcome::kNotLoaded;
+  ctx_.trace->Add(std::move(entry));
+}
+
 absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* resp) {
   constexpr uint32_t kMaxTasks = 1024;
   if (req.max_tasks() > kMaxTasks) {
@@ -198,6 +215,9 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
   const absl::Time now = ctx_.clock->Now();
   Committer::Scope changes(ctx_.committer);
   RETURN_IF_ERROR(ctx_.engine->Probe(probe, now, &out, &events));
+  if (ctx_.trace != nullptr && ctx_.trace->enabled() && (ctx_.leader == nullptr || ctx_.leader->IsLeader())) {
+    for (const AcceptedCheck& check : out.checks) TraceCheck(check, now);
+  }
   RETURN_IF_ERROR(changes.Await());
   for (const ProbeTask& t : out.tasks) {
     failover::v1::ProbeTask* task = resp->add_tasks();

@@ -51,6 +51,8 @@ class DecisionService final : public DecisionServiceBase {
                       bool relayed);
 
  private:
+  // Records a check result the engine took in the outcome trace.
+  void TraceCheck(const AcceptedCheck& check, absl::Time now);
   ServiceContext ctx_;
   WatchOptions watch_;
   FollowOptions follow_;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/status_macros.h"
 #include "common/utf8.h"
 
 namespace failover::api {
@@ -20,32 +21,45 @@ void OutcomeTrace::Add(TraceEntry entry) {
   waiting_.push_back(std::move(entry));
 }
 
-absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now) {
-  if (!enabled()) return absl::OkStatus();
+absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
   std::vector<TraceEntry> batch;
   {
     absl::MutexLock lock(&mu_);
     batch.swap(waiting_);
   }
-  if (!batch.empty()) {
-    if (absl::Status written = store->AppendTrace(&batch); !written.ok()) {
-      // Keep the oldest: they come first when the disk takes writes again.
-      absl::MutexLock lock(&mu_);
-      const size_t room = keep_ > batch.size() ? keep_ - batch.size() : 0;
-      if (waiting_.size() > room) {
-        dropped_ += waiting_.size() - room;
-        waiting_.resize(room);
-      }
-      if (batch.size() > keep_) {
-        dropped_ += batch.size() - keep_;
-        batch.resize(keep_);
-      }
-      batch.insert(batch.end(), std::make_move_iterator(waiting_.begin()), std::make_move_iterator(waiting_.end()));
-      waiting_ = std::move(batch);
-      return written;
-    }
+  if (batch.empty()) return absl::OkStatus();
+  absl::Status written = store->AppendTrace(&batch);
+  if (written.ok()) return written;
+  // Keep the oldest: they come first when the disk takes writes again.
+  absl::MutexLock lock(&mu_);
+  if (batch.size() > keep_) {
+    dropped_ += batch.size() - keep_;
+    batch.resize(keep_);
   }
+  const size_t room = keep_ - batch.size();
+  if (waiting_.size() > room) {
+    dropped_ += waiting_.size() - room;
+    waiting_.resize(room);
+  }
+  batch.insert(batch.end(), std::make_move_iterator(waiting_.begin()), std::make_move_iterator(waiting_.end()));
+  waiting_ = std::move(batch);
+  return written;
+}
+
+absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now) {
+  if (!enabled()) return absl::OkStatus();
+  absl::MutexLock flushing(&flush_mu_);
+  RETURN_IF_ERROR(WriteWaiting(store));
   return store->TrimTrace(keep_, max_age_, now);
+}
+
+absl::StatusOr<std::vector<TraceEntry>> OutcomeTrace::Read(storage::Store* store, absl::Time from, absl::Time to,
+                                                           absl::string_view chain, size_t limit, uint64_t after) {
+  if (enabled()) {
+    absl::MutexLock flushing(&flush_mu_);
+    RETURN_IF_ERROR(WriteWaiting(store));
+  }
+  return store->ReadTrace(from, to, chain, limit, after);
 }
 
 uint64_t OutcomeTrace::dropped() const {

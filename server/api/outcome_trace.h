@@ -30,13 +30,21 @@ class OutcomeTrace {
   // Writes what waits, then trims the trace on disk. What a refused write
   // held goes back to wait (within the bound) for the next call.
   [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now);
+  // What the trace holds (storage::Store::ReadTrace), what
+  // waits included: it is written first. At most `limit`.
+  [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> Read(storage::Store* store, absl::Time from, absl::Time to,
+                                                             absl::string_view chain, size_t limit, uint64_t after);
 
   // Entries dropped because too many waited.
   uint64_t dropped() const;
 
  private:
+  // Writes what waits; flush_mu_ held, so entries are numbered in the order they were added.
+  [[nodiscard]] absl::Status WriteWaiting(storage::Store* store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+
   const size_t keep_;
   const absl::Duration max_age_;
+  absl::Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   std::vector<TraceEntry> waiting_ ABSL_GUARDED_BY(mu_);
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;

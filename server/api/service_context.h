@@ -1,7 +1,9 @@
 // What every RPC handler needs: the engine, the time source and where events go.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "server/api/auth.h"
@@ -30,6 +32,10 @@ struct ServiceContext {
   // Where counted outcomes are traced (DESIGN 3.17); optional. In cluster
   // mode only the leader traces: it counts every replica's outcomes.
   OutcomeTrace* trace = nullptr;
+  // Reads the outcome trace (OutcomeTrace::Read on the data dir); null: ListTrace is UNIMPLEMENTED.
+  std::function<absl::StatusOr<std::vector<TraceEntry>>(absl::Time from, absl::Time to, absl::string_view chain,
+                                                        size_t limit, uint64_t after)>
+      read_trace;
   const Authorizer* auth = nullptr;  // null: every call is allowed
   // Cluster mode: the way to the leader; null on a single node.
   LeaderLink* leader = nullptr;

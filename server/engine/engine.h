@@ -281,8 +281,17 @@ struct ProbeTask {
   uint64_t generation = 0;
 };
 
+// A check result the engine took (for the outcome trace).
+struct AcceptedCheck {
+  const ProbeResult* result = nullptr;  // one of ProbeRequest::results
+  std::string target;
+  ProbeOutcome outcome = ProbeOutcome::kPass;  // as judged (a rate-limited failure is kThrottled)
+  bool recovery = false;
+};
+
 struct ProbeResponse {
   std::vector<ProbeTask> tasks;
+  std::vector<AcceptedCheck> checks;
   absl::Duration next_call_after;
   uint32_t accepted = 0;
   uint32_t ignored = 0;

@@ -104,6 +104,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     if (transitions && events == nullptr && accepting_changes()) return false;
     rt.lease_id.clear();
     ++response->accepted;
+    response->checks.push_back(AcceptedCheck{&result, t->config.name, outcome, rt.lease_recovery});
     rt.last_probe = now;
     rt.last_check = CheckLine(outcome, summary, result.latency);
     observed->insert(t->config.name);

@@ -425,6 +425,17 @@ TEST_F(ClusterTest, FailuresSpreadOverReplicasTripAtTheThreshold) {
   // The third, on the other follower, trips it everywhere.
   Fail(Follower(Follower()), "a");
   for (int i = 0; i < kReplicas; ++i) EXPECT_TRUE(Within(5, [&] { return Active(i) == "b"; })) << "replica " << i;
+  // The outcome trace is the leader's, asked through any replica: the three
+  // failures, each once, wherever they were reported.
+  for (int i = 0; i < kReplicas; ++i) {
+    v1::ListTraceRequest req;
+    req.set_chain("ch");
+    v1::ListTraceResponse trace;
+    const grpc::Status s = Admin(i)->ListTrace(Ctx().get(), req, &trace);
+    ASSERT_TRUE(s.ok()) << "replica " << i << ": " << s.error_message();
+    ASSERT_EQ(trace.entries_size(), 3) << "replica " << i << ": " << trace.DebugString();
+    for (const v1::TraceEntry& e : trace.entries()) EXPECT_EQ(e.target(), "a") << "replica " << i;
+  }
 }
 
 TEST_F(ClusterTest, ProbeLeasesStayOnePerTargetWithProbersOnEveryReplica) {

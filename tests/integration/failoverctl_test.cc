@@ -302,5 +302,105 @@ TEST_F(FailoverctlTest, ExitCodes) {
   EXPECT_THAT(env.err, HasSubstr(addr.substr(addr.find(':') + 1)));
 }
 
+// The outcome trace through failoverctl: every counted outcome with what the
+// caller saw, a resent report once, and the same entries after a restart.
+TEST_F(FailoverctlTest, TraceListsEachCountedOutcomeOnceAndKeepsThemAcrossARestart) {
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  const v1::PickTargetResponse plan = Pick("assistant-llm");
+  v1::ReportOutcomeRequest failure;
+  failure.set_decision_id(plan.decision_id());
+  failure.set_target("argus-llm");
+  failure.set_attempt(1);
+  failure.mutable_failure()->set_http_status(503);
+  failure.mutable_failure()->set_message("upstream overloaded");
+  *failure.mutable_latency() = Millis(1500);
+  failure.mutable_report_id()->set_sender("gateway-1");
+  failure.mutable_report_id()->set_sequence(1);
+  v1::ReportOutcomeResponse answer;
+  ASSERT_TRUE(decide_->ReportOutcome(Ctx().get(), failure, &answer).ok());
+  ASSERT_TRUE(decide_->ReportOutcome(Ctx().get(), failure, &answer).ok());  // resent: counted once
+  ASSERT_TRUE(answer.duplicate());
+  v1::ReportOutcomeRequest successes;
+  successes.set_chain("assistant-llm");
+  successes.set_target("gemma-local");
+  successes.mutable_success();
+  successes.set_count(40);
+  ASSERT_TRUE(decide_->ReportOutcome(Ctx().get(), successes, &answer).ok());
+  // A health check's result is traced too (without a chain).
+  ASSERT_EQ(Ctl({"probe", "now", "gemma-local"}).exit_code, 0);
+  v1::ProbeRequest ask;
+  ask.set_prober_id("prober-1");
+  v1::ProbeResponse tasks;
+  ASSERT_TRUE(decide_->Probe(Ctx().get(), ask, &tasks).ok());
+  v1::ProbeRequest results;
+  results.set_prober_id("prober-1");
+  for (const v1::ProbeTask& task : tasks.tasks()) {
+    if (task.target() != "gemma-local") continue;
+    v1::ProbeResult* r = results.add_results();
+    r->set_lease_id(task.lease_id());
+    r->set_outcome(v1::PROBE_OUTCOME_FAIL);
+    r->mutable_failure()->set_http_status(500);
+    r->mutable_failure()->set_message("health endpoint down");
+  }
+  ASSERT_EQ(results.results_size(), 1);
+  ASSERT_TRUE(decide_->Probe(Ctx().get(), results, &tasks).ok());
+  ASSERT_EQ(tasks.results_accepted(), 1u);
+
+  auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    const CommandResult json = Ctl({"trace", "-o", "json"});
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    v1::ListTraceResponse trace;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &trace).ok()) << json.out;
+    ASSERT_EQ(trace.entries_size(), 3) << json.out;
+    const v1::TraceEntry& failed = trace.entries(0);
+    EXPECT_EQ(failed.chain(), "assistant-llm");
+    EXPECT_EQ(failed.target(), "argus-llm");
+    EXPECT_EQ(failed.failure().http_status(), 503u);
+    EXPECT_EQ(failed.failure().message(), "upstream overloaded");
+    EXPECT_EQ(failed.reason(), v1::FAILURE_REASON_OVERLOADED);
+    EXPECT_EQ(failed.latency().seconds(), 1);
+    EXPECT_EQ(failed.latency().nanos(), 500'000'000);
+    const v1::TraceEntry& served = trace.entries(1);
+    EXPECT_TRUE(served.has_success());
+    EXPECT_EQ(served.count(), 40u);
+    EXPECT_GT(served.number(), failed.number());
+    const v1::TraceEntry& checked = trace.entries(2);
+    EXPECT_EQ(checked.chain(), "");
+    EXPECT_EQ(checked.target(), "gemma-local");
+    EXPECT_EQ(checked.probe_outcome(), v1::PROBE_OUTCOME_FAIL);
+    EXPECT_EQ(checked.failure().http_status(), 500u);
+    EXPECT_FALSE(trace.more());
+
+    const CommandResult text = Ctl({"trace", "--chain", "assistant-llm", "--since", "1h"});
+    ASSERT_EQ(text.exit_code, 0) << text.err;
+    EXPECT_THAT(text.out, HasSubstr("assistant-llm  argus-llm  503 \"upstream overloaded\" -> overloaded  1.5s\n"));
+    EXPECT_THAT(text.out, HasSubstr("assistant-llm  gemma-local  ok x40\n"));
+    // --chain keeps that chain's outcomes; checks belong to no chain.
+    EXPECT_THAT(text.out, Not(HasSubstr("check")));
+    EXPECT_THAT(Ctl({"trace"}).out, HasSubstr("-  gemma-local  liveness check fail \"health endpoint down\"\n"));
+    // Paging by number gives the same entries one at a time.
+    const CommandResult one = Ctl({"trace", "--limit", "1"});
+    EXPECT_THAT(one.out, HasSubstr("argus-llm"));
+    EXPECT_THAT(one.out, Not(HasSubstr("gemma-local")));
+    EXPECT_THAT(one.out, HasSubstr("(more in the trace"));
+  };
+  check("before the restart");
+  ASSERT_EQ(proc_->Stop(SIGTERM), 0);
+  StartServer();
+  check("after the restart");
+  EXPECT_EQ(Ctl({"trace", "--chain", "other-llm"}).out, "");
+
+  const CommandResult bad = Ctl({"trace", "--since", "yesterday"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--since: expected a duration such as 30m or 2h, got \"yesterday\""));
+  v1::ListTraceRequest too_many;
+  too_many.set_limit(6000);
+  v1::ListTraceResponse ignored;
+  const grpc::Status refused = admin_->ListTrace(Ctx().get(), too_many, &ignored);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("limit: at most 5000, got 6000"));
+}
+
 }  // namespace
 }  // namespace failover::testing

@@ -59,12 +59,17 @@ TEST(OutcomeTraceTest, EntriesSurviveARestartWithEveryFactAndTheNumberingGoesOn)
     batch.count = 40;  // forty successes sent as one report
     batch.facts.success = true;
     trace.Add(batch);
+    TraceEntry check = Failure(kT0 + absl::Seconds(3), 3);
+    check.chain.clear();
+    check.source = TraceSource::kProbeFail;
+    check.recovery_probe = true;
+    trace.Add(check);
     ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(4)).ok());
     ASSERT_TRUE(store->Close().ok());
   }
   auto store = OpenOk(dir.path());
   std::vector<TraceEntry> back = ReadAll(*store);
-  ASSERT_EQ(back.size(), 4u);
+  ASSERT_EQ(back.size(), 5u);
   for (int i = 0; i < 3; ++i) {
     const TraceEntry want = Failure(kT0 + absl::Seconds(i), i);
     const TraceEntry& got = back[i];
@@ -82,17 +87,21 @@ TEST(OutcomeTraceTest, EntriesSurviveARestartWithEveryFactAndTheNumberingGoesOn)
     EXPECT_EQ(got.facts.retry_after, absl::Seconds(2));
     EXPECT_EQ(got.facts.transport, TransportError::kReset);
     EXPECT_EQ(got.facts.phase, Phase::kAfterFirstByte);
+    EXPECT_EQ(got.source, TraceSource::kOutcome);
   }
   EXPECT_EQ(back[3].count, 40u);
   EXPECT_TRUE(back[3].facts.success);
+  EXPECT_EQ(back[4].source, TraceSource::kProbeFail);
+  EXPECT_TRUE(back[4].recovery_probe);
+  EXPECT_EQ(back[4].chain, "");
   EXPECT_EQ(ReadAll(*store, "embed").size(), 1u);
 
   OutcomeTrace trace(1000, absl::Hours(24));
   trace.Add(Failure(kT0 + absl::Seconds(5), 5));
   ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(6)).ok());
   back = ReadAll(*store);
-  ASSERT_EQ(back.size(), 5u);
-  EXPECT_EQ(back[4].number, 5u);
+  ASSERT_EQ(back.size(), 6u);
+  EXPECT_EQ(back[5].number, 6u);
 }
 
 TEST(OutcomeTraceTest, AFloodKeepsTheNewestEntriesOnDiskAndBoundsWhatWaits) {

@@ -1,5 +1,6 @@
 #include "server/api/outcome_trace.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -26,6 +27,8 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
   {
     absl::MutexLock lock(&mu_);
     batch.swap(waiting_);
+    // The next second is likely as busy: growing from empty would move every entry a dozen times.
+    waiting_.reserve(std::min(batch.size(), keep_));
   }
   if (batch.empty()) return absl::OkStatus();
   absl::Status written = store->AppendTrace(&batch);

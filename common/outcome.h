@@ -12,9 +12,7 @@
 namespace failover {
 
 enum class TransportError : uint8_t { kNone, kConnectRefused, kDns, kReset, kTls, kTimeout };
-inline constexpr int kTransportErrorCount = static_cast<int>(TransportError::kTimeout) + 1;
 enum class Phase : uint8_t { kBeforeResponse, kAfterFirstByte, kAfterSideEffect };
-inline constexpr int kPhaseCount = static_cast<int>(Phase::kAfterSideEffect) + 1;
 
 // What the caller saw on one attempt.
 struct OutcomeFacts {
@@ -32,7 +30,6 @@ struct OutcomeFacts {
 
 // What a trace entry records: a caller's outcome, or a health check's result.
 enum class TraceSource : uint8_t { kOutcome, kProbePass, kProbeFail, kProbeThrottled, kProbeNotLoaded };
-inline constexpr int kTraceSourceCount = static_cast<int>(TraceSource::kProbeNotLoaded) + 1;
 
 // One counted outcome (or accepted check result) as the outcome trace keeps
 // it: enough to judge it again under another policy (the facts, not only the

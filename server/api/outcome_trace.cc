@@ -27,8 +27,10 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
   {
     absl::MutexLock lock(&mu_);
     batch.swap(waiting_);
-    // The next second is likely as busy: growing from empty would move every entry a dozen times.
-    waiting_.reserve(std::min(batch.size(), keep_));
+    // The next second is likely as busy: growing from empty would move every
+    // entry a dozen times. Capped, so one burst does not hold memory for good.
+    constexpr size_t kMaxReserve = 16384;
+    waiting_.reserve(std::min({batch.size(), keep_, kMaxReserve}));
   }
   if (batch.empty()) return absl::OkStatus();
   absl::Status written = store->AppendTrace(&batch);

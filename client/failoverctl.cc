@@ -9,9 +9,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -546,6 +548,119 @@ int Trace(Ctl& ctl, const std::string& chain, const std::string& since, uint32_t
   return kExitOk;
 }
 
+struct SimulateFlags {
+  std::string chain;
+  std::string policy_file;
+  std::string since;
+  std::string from;
+  std::string to;
+  std::string flap_window;
+};
+
+// --from / --to: RFC 3339, as `failoverctl trace -o json` prints times.
+bool TimeFlag(const char* flag, const std::string& value, google::protobuf::Timestamp* out) {
+  absl::Time t;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, value, &t, &error)) {
+    Usage(absl::StrCat(flag, ": expected a time such as 2026-12-04T10:00:00Z, got \"", value, "\""));
+    return false;
+  }
+  out->set_seconds(absl::ToUnixSeconds(t));
+  return true;
+}
+
+// A duration as a column shows it: to the millisecond under a minute, else to the second.
+std::string Span(const google::protobuf::Duration& proto) {
+  const absl::Duration d = absl::Seconds(proto.seconds()) + absl::Nanoseconds(proto.nanos());
+  return absl::FormatDuration(absl::Trunc(d, d < absl::Minutes(1) ? absl::Milliseconds(1) : absl::Seconds(1)));
+}
+
+// "6s / 41s": the median and the longest time to detect, or "-" without trips.
+std::string Detection(const v1::SimulatedRun& run) {
+  std::vector<google::protobuf::Duration> d(run.trips_size());
+  for (int i = 0; i < run.trips_size(); ++i) d[i] = run.trips(i).detection();
+  if (d.empty()) return "-";
+  std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.seconds(), a.nanos()) < std::make_pair(b.seconds(), b.nanos());
+  });
+  return absl::StrCat(Span(d[d.size() / 2]), " / ", Span(d.back()));
+}
+
+int Simulate(Ctl& ctl, const SimulateFlags& f) {
+  std::ifstream in(f.policy_file);
+  if (!in) return Usage(absl::StrCat("--policy: cannot read \"", f.policy_file, "\""));
+  std::stringstream text;
+  text << in.rdbuf();
+  // The file says what to change: what it leaves out stays as the chain has it.
+  v1::GetChainRequest get;
+  get.set_name(f.chain);
+  v1::ChainView chain;
+  if (const grpc::Status s = ctl.admin->GetChain(ctl.Ctx(), get, &chain); !s.ok()) return ExitFor(s);
+  const absl::StatusOr<failover::Policy> live = failover::api::PolicyFromProto(chain.config().policy(), "policy");
+  if (!live.ok()) return Usage(std::string(live.status().message()));
+  const absl::StatusOr<failover::Policy> candidate =
+      failover::config::ParsePolicyText(text.str(), f.policy_file, *live);
+  if (!candidate.ok()) return Usage(std::string(candidate.status().message()));
+  if (!f.since.empty() && (!f.from.empty() || !f.to.empty())) {
+    return Usage("simulate: give --since or --from/--to, not both");
+  }
+  v1::SimulateRequest req;
+  req.set_chain(f.chain);
+  failover::api::PolicyToProto(*candidate, req.mutable_policy());
+  if (!f.since.empty() && !SinceFlag(f.since, req.mutable_from())) return kExitUsage;
+  if (!f.from.empty() && !TimeFlag("--from", f.from, req.mutable_from())) return kExitUsage;
+  if (!f.to.empty() && !TimeFlag("--to", f.to, req.mutable_to())) return kExitUsage;
+  if (!f.flap_window.empty()) {
+    absl::Duration window;
+    if (!absl::ParseDuration(f.flap_window, &window) || window < absl::ZeroDuration()) {
+      return Usage(absl::StrCat("--flap-window: expected a duration such as 60s, got \"", f.flap_window, "\""));
+    }
+    failover::api::DurationToProto(window, req.mutable_flap_window());
+  }
+  v1::SimulateResponse resp;
+  const grpc::Status s = ctl.admin->Simulate(ctl.Ctx(), req, &resp);
+  if (!s.ok()) return ExitFor(s);
+  if (ctl.PrintStructured(resp)) return kExitOk;
+
+  const absl::Time from = absl::FromUnixSeconds(resp.from().seconds());
+  const absl::Time to = absl::FromUnixSeconds(resp.to().seconds());
+  std::cout << "chain " << f.chain << ", " << absl::FormatTime("%Y-%m-%d %H:%M:%S", from, absl::UTCTimeZone())
+            << " to " << absl::FormatTime("%H:%M:%S UTC", to, absl::UTCTimeZone()) << " ("
+            << absl::FormatDuration(to - from) << "), " << resp.trace_entries() << " trace entries\n";
+  std::vector<std::string> changed;
+  for (const auto& d : live->Differences(*candidate)) changed.push_back(absl::StrCat(d.field, " ", d.mine, " -> ", d.theirs));
+  std::cout << "candidate: " << (changed.empty() ? "the same as the live policy" : absl::StrJoin(changed, ", "))
+            << "\n\n";
+  const v1::SimulatedRun& a = resp.live();
+  const v1::SimulatedRun& b = resp.candidate();
+  std::vector<std::vector<std::string>> rows = {
+      {"", "live", "candidate"},
+      {"trips", absl::StrCat(a.trips_size()), absl::StrCat(b.trips_size())},
+      {"recoveries", absl::StrCat(a.recoveries()), absl::StrCat(b.recoveries())},
+      {"switches", absl::StrCat(a.switches()), absl::StrCat(b.switches())},
+      {absl::StrCat("flaps (back and away within ", Span(resp.flap_window()), ")"),
+       absl::StrCat(a.flaps()), absl::StrCat(b.flaps())},
+      {"time to detect (median / longest)", Detection(a), Detection(b)},
+      {"failures on the target tried first", absl::StrCat(a.requests_to_failing()),
+       absl::StrCat(b.requests_to_failing())},
+      {"time in FALLBACK", Span(a.in_fallback()), Span(b.in_fallback())},
+      {"time in DEGRADED", Span(a.in_degraded()), Span(b.in_degraded())},
+      {"outcomes replayed", absl::StrCat(a.outcomes()), absl::StrCat(b.outcomes())},
+      {"  on a target not tried first", absl::StrCat(a.elsewhere()), absl::StrCat(b.elsewhere())},
+      {"checks used / unused", absl::StrCat(a.checks_used(), " / ", a.checks_unused()),
+       absl::StrCat(b.checks_used(), " / ", b.checks_unused())},
+  };
+  size_t width[3] = {0, 0, 0};
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < 3; ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::cout << row[0] << std::string(width[0] - row[0].size() + 2, ' ') << row[1]
+              << std::string(width[1] - row[1].size() + 2, ' ') << row[2] << "\n";
+  }
+  return kExitOk;
+}
+
 int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
           int64_t max_events, int64_t after, const std::vector<std::string>& kind_names) {
   std::vector<v1::EventKind> kinds;
@@ -867,6 +982,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000000u))
       ->capture_default_str();
 
+  SimulateFlags sim;
+  CLI::App* simulate =
+      app.add_subcommand("simulate", "Replay the outcome trace against a candidate policy, beside the live one")
+          ->footer("Examples:\n  failoverctl simulate --chain assistant-llm --policy rate.yaml --since 1h\n"
+                   "  failoverctl simulate --chain assistant-llm --policy rate.yaml --from 2026-12-04T09:00:00Z "
+                   "--to 2026-12-04T10:00:00Z -o json");
+  simulate->add_option("--chain", sim.chain, "The chain to replay")->required();
+  simulate->add_option("--policy", sim.policy_file,
+                       "YAML file with the candidate policy (what a chain's policy: holds)")->required();
+  simulate->add_option("--since", sim.since, "Replay this recent a window: a duration such as 30m (default 1h)");
+  simulate->add_option("--from", sim.from, "Start of the window (RFC 3339)");
+  simulate->add_option("--to", sim.to, "End of the window (RFC 3339; default now)");
+  simulate->add_option("--flap-window", sim.flap_window,
+                       "A switch back undone within this long is a flap (default: the live recovery.min_dwell)");
+
   int64_t max_events = 0;
   int64_t after = -1;
   CLI::App* watch = app.add_subcommand("watch", "Follow events live until interrupted; resumes after a dropped connection")
@@ -969,6 +1099,7 @@ int main(int argc, char** argv) {
   if (*status) return Status(ctl, status_watch);
   if (*events) return Events(ctl, limit, chains, targets, since, kinds);
   if (*trace) return Trace(ctl, trace_chain, trace_since, trace_limit);
+  if (*simulate) return Simulate(ctl, sim);
   if (*watch) return Watch(ctl, chains, targets, max_events, after, kinds);
   if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
   if (*report) {

@@ -20,6 +20,8 @@ absl::StatusOr<absl::Duration> OptionalDuration(bool has, const Msg& d, absl::Du
   return DurationFromProto(d, path);
 }
 
+}  // namespace
+
 absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view path) {
   Policy out;
   const std::string probe = absl::StrCat(path, ".probe");
@@ -125,6 +127,8 @@ void PolicyToProto(const Policy& p, v1::Policy* out) {
     (*out->mutable_same_target_retries())[ReasonName(reason)] = retries;
   }
 }
+
+namespace {
 
 // A target's health settings are read and written as the health part of a
 // chain policy, so both spell every field alike.

@@ -32,6 +32,8 @@ absl::Time TimeFromProto(const google::protobuf::Timestamp& t);
 [[nodiscard]] absl::StatusOr<TargetConfig> TargetFromProto(const v1::Target& t, absl::string_view path);
 [[nodiscard]] absl::StatusOr<ChainConfig> ChainFromProto(const v1::Chain& c, absl::string_view path);
 [[nodiscard]] absl::StatusOr<ConfigChange> ConfigChangeFromProto(const v1::ApplyRequest& req);
+[[nodiscard]] absl::StatusOr<Policy> PolicyFromProto(const v1::Policy& p, absl::string_view path);
+void PolicyToProto(const Policy& p, v1::Policy* out);
 void TargetToProto(const TargetConfig& t, v1::Target* out);
 void ChainToProto(const ChainConfig& c, v1::Chain* out);
 

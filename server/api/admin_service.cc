@@ -15,6 +15,7 @@
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
 #include "common/status_macros.h"
+#include "server/engine/replay.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -162,6 +163,78 @@ absl::Status AdminService::DoListTrace(const failover::v1::ListTraceRequest& req
   for (const TraceEntry& e : entries) TraceEntryToProto(e, resp->add_entries());
   return absl::OkStatus();
 }
+namespace {
+
+// The chain, its targets and the window's trace entries of those targets.
+absl::StatusOr<ReplayInput> ReplayInputOf(const ServiceContext& ctx, const failover::v1::SimulateRequest& req) {
+  ASSIGN_OR_RETURN(const failover::ChainView chain, ctx.engine->GetChain(req.chain()));
+  ReplayInput input;
+  input.chain = chain.config;
+  for (const std::string& name : chain.config.targets) {
+    ASSIGN_OR_RETURN(const failover::TargetView target, ctx.engine->GetTarget(name));
+    input.targets.push_back(target.config);
+  }
+  input.to = req.has_to() ? TimeFromProto(req.to()) : ctx.clock->Now();
+  input.from = req.has_from() ? TimeFromProto(req.from()) : input.to - absl::Hours(1);
+  RETURN_IF_ERROR(CheckReplayWindow(input.from, input.to));
+  input.flap_window = chain.config.policy.recovery_min_dwell;
+  if (req.has_flap_window()) {
+    ASSIGN_OR_RETURN(input.flap_window, DurationFromProto(req.flap_window(), "flap_window"));
+    if (input.flap_window < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flap_window: must not be negative, got ", absl::FormatDuration(input.flap_window)));
+    }
+  }
+  // Health belongs to the target, so its outcomes in every chain count.
+  const std::set<std::string> targets(chain.config.targets.begin(), chain.config.targets.end());
+  constexpr size_t kPage = 5000;
+  // Bounds what one call holds in memory (a few hundred bytes an entry).
+  constexpr size_t kMaxEntries = 300'000;
+  uint64_t after = 0;
+  for (;;) {
+    ASSIGN_OR_RETURN(std::vector<TraceEntry> page, ctx.read_trace(input.from, input.to, "", kPage, after));
+    for (TraceEntry& e : page) {
+      if (targets.count(e.target) != 0) input.entries.push_back(std::move(e));
+    }
+    if (input.entries.size() > kMaxEntries) {
+      return absl::ResourceExhaustedError(absl::StrCat("from: the window holds more than ", kMaxEntries,
+                                                       " trace entries for this chain; replay a shorter one"));
+    }
+    if (page.size() < kPage) break;
+    after = page.back().number;
+  }
+  return input;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AdminService::Simulate(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+    grpc::ByteBuffer* out) {
+  // As ListTrace: admin only, the leader's trace.
+  return ServeUnary(ctx_, Role::kAdmin, ctx, in, out, this, &AdminService::DoSimulate, Route::kLeader);
+}
+
+absl::Status AdminService::DoSimulate(const failover::v1::SimulateRequest& req,
+                                      failover::v1::SimulateResponse* resp) {
+  if (!ctx_.read_trace) return absl::UnimplementedError("this failoverd keeps no outcome trace (--trace-keep=0)");
+  RETURN_IF_ERROR(ValidateName(req.chain(), "chain"));
+  if (!req.has_policy()) return absl::InvalidArgumentError("policy: required (the candidate policy to replay)");
+  ASSIGN_OR_RETURN(const Policy candidate, PolicyFromProto(req.policy(), "policy"));
+  RETURN_IF_ERROR(ValidatePolicy(candidate, "policy"));
+  ASSIGN_OR_RETURN(ReplayInput input, ReplayInputOf(ctx_, req));
+  // Both columns run on this thread: a replay does the counting the live
+  // engine did over the window once more, and only admins can ask.
+  ASSIGN_OR_RETURN(const ReplaySummary live, Replay(input));
+  ASSIGN_OR_RETURN(const ReplaySummary replayed, Replay(WithPolicy(input, candidate)));
+  TimeToProto(input.from, resp->mutable_from());
+  TimeToProto(input.to, resp->mutable_to());
+  DurationToProto(input.flap_window, resp->mutable_flap_window());
+  resp->set_trace_entries(input.entries.size());
+  SimulatedRunToProto(live, input.chain.policy, resp->mutable_live());
+  SimulatedRunToProto(replayed, candidate, resp->mutable_candidate());
+  return absl::OkStatus();
+}
+
 namespace {
 
 void FillTargetView(const failover::TargetView& v, failover::v1::TargetView* out) {

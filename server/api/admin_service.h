@@ -25,7 +25,8 @@ using AdminServiceBase =
     AdminGrpc::WithRawCallbackMethod_ListEvents<
     AdminGrpc::WithRawCallbackMethod_GetStatus<
     AdminGrpc::WithRawCallbackMethod_ListTrace<
-    AdminGrpc::Service>>>>>>>>>>>>>>>>;
+    AdminGrpc::WithRawCallbackMethod_Simulate<
+    AdminGrpc::Service>>>>>>>>>>>>>>>>>;
 
 class AdminService final : public AdminServiceBase {
  public:
@@ -63,6 +64,8 @@ class AdminService final : public AdminServiceBase {
       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListTrace(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Simulate(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+      grpc::ByteBuffer* response) override;
 
  // The handlers without the call around them (the fuzzers call these).
   absl::Status DoApply(const failover::v1::ApplyRequest& req, failover::v1::ApplyResponse* resp);
@@ -81,6 +84,7 @@ class AdminService final : public AdminServiceBase {
   absl::Status DoGetStatus(const failover::v1::GetStatusRequest& req, failover::v1::StatusResponse* resp);
   absl::Status DoProbeNow(const failover::v1::ProbeNowRequest& req, failover::v1::ProbeNowResponse* resp);
   absl::Status DoListTrace(const failover::v1::ListTraceRequest& req, failover::v1::ListTraceResponse* resp);
+  absl::Status DoSimulate(const failover::v1::SimulateRequest& req, failover::v1::SimulateResponse* resp);
 
  private:
   absl::Status TargetViewOf(const std::string& name, failover::v1::TargetView* resp);

@@ -1,5 +1,6 @@
 #include "server/api/convert.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/ascii.h"
@@ -199,6 +200,30 @@ void TraceEntryToProto(const TraceEntry& e, v1::TraceEntry* out) {
   }
   failure->set_admission_rejected(f.admission_rejected);
   failure->set_cancelled(f.cancelled);
+}
+
+void SimulatedRunToProto(const ReplaySummary& run, const Policy& policy, v1::SimulatedRun* out) {
+  constexpr size_t kMaxEvents = 1000;
+  PolicyToProto(policy, out->mutable_policy());
+  for (const ReplayTrip& trip : run.trips) {
+    v1::SimulatedTrip* t = out->add_trips();
+    t->set_target(trip.target);
+    TimeToProto(trip.at, t->mutable_time());
+    DurationToProto(trip.detection, t->mutable_detection());
+  }
+  out->set_recoveries(run.recoveries);
+  out->set_switches(run.switches);
+  out->set_flaps(run.flaps);
+  out->set_requests_to_failing(run.requests_to_failing);
+  DurationToProto(run.in_fallback, out->mutable_in_fallback());
+  DurationToProto(run.in_degraded, out->mutable_in_degraded());
+  out->set_outcomes(run.outcomes);
+  out->set_elsewhere(run.elsewhere);
+  out->set_checks_used(run.checks_used);
+  out->set_checks_unused(run.checks_unused);
+  const size_t shown = std::min(run.events.size(), kMaxEvents);
+  for (size_t i = 0; i < shown; ++i) EventToProto(run.events[i], out->add_events());
+  out->set_events_left_off(static_cast<uint32_t>(run.events.size() - shown));
 }
 
 }  // namespace failover::api

@@ -7,6 +7,7 @@
 #include "failover/v1/decision.pb.h"
 #include "proto/model_convert.h"
 #include "server/engine/engine.h"
+#include "server/engine/replay.h"
 
 namespace failover::api {
 
@@ -19,5 +20,7 @@ void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out);
 void AttemptToProto(const PlannedAttempt& a, v1::Attempt* out);
 void DiffToProto(const ConfigDiff& d, v1::ConfigDiff* out);
 void TraceEntryToProto(const TraceEntry& e, v1::TraceEntry* out);
+// One column of a Simulate answer: what `policy` did in the replay.
+void SimulatedRunToProto(const ReplaySummary& run, const Policy& policy, v1::SimulatedRun* out);
 
 }  // namespace failover::api

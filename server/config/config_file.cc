@@ -133,8 +133,9 @@ absl::Status Read(const Where& w, const YAML::Node& map, const char* key, T* out
   });
 }
 
-absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
-  Policy p;
+// The settings `n` gives, over `base` (the rest keep base's values).
+absl::StatusOr<Policy> ParsePolicyOver(const Where& w, const YAML::Node& n, const Policy& base) {
+  Policy p = base;
   RETURN_IF_ERROR(CheckKeys(w, n, {"probe", "trip", "recovery", "backoff", "rate_limit", "max_attempts",
                                    "max_replay_bytes", "retry_on_statuses", "retry_on_errors",
                                    "same_target_retries", "least_latency", "retry_budget", "hedge"}));
@@ -219,6 +220,8 @@ absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) {
   }));
   return p;
 }
+
+absl::StatusOr<Policy> ParsePolicy(const Where& w, const YAML::Node& n) { return ParsePolicyOver(w, n, Policy()); }
 
 // A target's own health settings: the health keys of a chain policy, read the
 // same way.
@@ -477,6 +480,33 @@ std::vector<std::string> ConfigFiles(const std::string& path, absl::Status* erro
 }
 
 }  // namespace
+
+absl::StatusOr<Policy> ParsePolicyText(const std::string& text, const std::string& file, const Policy& base) {
+  int bad_line = 0, bad_column = 0;
+  if (FindInvalidUtf8(text, &bad_line, &bad_column)) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", bad_line, ": column ", bad_column,
+                                                   ": not valid UTF-8 (save the file as UTF-8)"));
+  }
+  YAML::Node doc;
+  try {
+    doc = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  }
+  ExpansionBudget budget;
+  if (!doc || !doc.IsMap() || !WithinBudget(doc, &budget)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ":1: must be one map of policy settings (as under a chain's `policy:`), within ", kMaxNodes,
+        " YAML nodes"));
+  }
+  try {
+    // The block copied with its `policy:` key reads the same.
+    const YAML::Node policy = doc.size() == 1 && doc["policy"] ? doc["policy"] : doc;
+    return ParsePolicyOver(Where{file, "policy", 1}, policy, base);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not a valid policy: ", e.msg));
+  }
+}
 
 absl::StatusOr<LoadedConfig> ParseConfigText(const std::string& text, const std::string& file) {
   LoadedConfig out;

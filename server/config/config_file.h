@@ -35,6 +35,12 @@ struct LoadedConfig {
 // Parses one YAML text (for tests and for single files).
 [[nodiscard]] absl::StatusOr<LoadedConfig> ParseConfigText(const std::string& text, const std::string& file);
 
+// A policy on its own (`failoverctl simulate --policy FILE`): the settings a
+// chain's `policy:` holds, with or without that key around them. Settings
+// the text leaves out keep `base`'s values.
+[[nodiscard]] absl::StatusOr<Policy> ParsePolicyText(const std::string& text, const std::string& file,
+                                                     const Policy& base);
+
 // Rewrites an engine error about `targets[i]` / `chains[i]` of the loaded
 // change so it starts with the file and line that declared that object.
 absl::Status Locate(const LoadedConfig& config, const absl::Status& error);

@@ -402,5 +402,92 @@ TEST_F(FailoverctlTest, TraceListsEachCountedOutcomeOnceAndKeepsThemAcrossAResta
   EXPECT_THAT(refused.error_message(), HasSubstr("limit: at most 5000, got 6000"));
 }
 
+// failoverctl simulate: the trace replayed with the live policy makes the
+// trip and switch that really happened; a candidate that trips on three
+// errors makes none and keeps sending to the failing target.
+TEST_F(FailoverctlTest, SimulateReplaysTheTraceUnderTheLiveAndACandidatePolicy) {
+  std::ofstream(config_.path() + "/chains.yaml", std::ios::app) << "    policy:\n      recovery:\n        min_dwell: 45s\n";
+  ASSERT_EQ(Ctl({"apply", "-f", config_.path()}).exit_code, 0);
+  v1::ReportOutcomeRequest failure;
+  failure.set_chain("assistant-llm");
+  failure.set_target("argus-llm");
+  failure.mutable_failure()->set_http_status(503);
+  v1::ReportOutcomeResponse answer;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(decide_->ReportOutcome(Ctx().get(), failure, &answer).ok());
+  // What really happened: argus-llm tripped at the first failure.
+  v1::ListEventsRequest ask;
+  ask.set_limit(100);
+  v1::ListEventsResponse happened;
+  ASSERT_TRUE(admin_->ListEvents(Ctx().get(), ask, &happened).ok());
+  int real_trips = 0, real_switches = 0;
+  for (const v1::Event& e : happened.events()) {
+    real_trips += e.has_target_state() && e.target_state().to_state() == v1::HEALTH_STATE_DOWN;
+    real_switches += e.has_chain_switched() && e.chain_switched().reason() == v1::SWITCH_REASON_TRIP;
+  }
+  ASSERT_EQ(real_trips, 1);
+  ASSERT_EQ(real_switches, 1);
+
+  TempDir dir;
+  const std::string candidate = dir.path() + "/three-errors.yaml";
+  std::ofstream(candidate) << "policy:\n  trip:\n    errors: 3\n";
+  const CommandResult json = Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "-o", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  v1::SimulateResponse report;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &report).ok()) << json.out;
+  EXPECT_EQ(report.trace_entries(), 2u);
+  ASSERT_EQ(report.live().trips_size(), real_trips);
+  EXPECT_EQ(report.live().trips(0).target(), "argus-llm");
+  EXPECT_EQ(report.live().switches(), static_cast<uint32_t>(real_switches));
+  EXPECT_EQ(report.live().requests_to_failing(), 1u);  // the second failure came after the switch
+  EXPECT_EQ(report.candidate().trips_size(), 0);
+  EXPECT_EQ(report.candidate().switches(), 0u);
+  EXPECT_EQ(report.candidate().requests_to_failing(), 2u);
+  EXPECT_EQ(report.candidate().policy().trip().errors(), 3u);
+  // What the file leaves out stays as the chain has it; flaps are measured against its dwell.
+  EXPECT_EQ(report.candidate().policy().recovery().min_dwell().seconds(), 45);
+  EXPECT_EQ(report.flap_window().seconds(), 45);
+  EXPECT_EQ(report.to().seconds() - report.from().seconds(), 3600);
+
+  const CommandResult text = Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "--since", "10m"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("(10m), 2 trace entries"));
+  EXPECT_THAT(text.out, HasSubstr("candidate: trip.errors 1 -> 3\n"));
+  // The columns line up; compared here with each run of spaces as one.
+  std::string squeezed;
+  for (char c : text.out) {
+    if (c != ' ' || squeezed.empty() || squeezed.back() != ' ') squeezed += c;
+  }
+  EXPECT_THAT(squeezed, HasSubstr("\n live candidate\ntrips 1 0\n"));
+  EXPECT_THAT(squeezed, HasSubstr("\nswitches 1 0\n"));
+  EXPECT_THAT(squeezed, HasSubstr("\nfailures on the target tried first 1 2\n"));
+
+  // Bad input is refused by name and changes nothing.
+  std::ofstream(candidate) << "trip:\n  errors: many\n";
+  const CommandResult bad = Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("three-errors.yaml:2: policy.trip.errors: must be a whole number"));
+  std::ofstream(candidate) << "trip:\n  errors: 3\n";
+  const CommandResult unknown = Ctl({"simulate", "--chain", "no-such-chain", "--policy", candidate});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("no-such-chain"));
+  const CommandResult both = Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "--since", "1h",
+                                  "--from", "2026-12-04T10:00:00Z"});
+  EXPECT_THAT(both.err, HasSubstr("give --since or --from/--to, not both"));
+  v1::SimulateRequest week;
+  week.set_chain("assistant-llm");
+  week.mutable_policy()->mutable_trip()->set_errors(3);
+  week.mutable_from()->set_seconds(absl::ToUnixSeconds(absl::Now() - absl::Hours(24 * 8)));
+  v1::SimulateResponse ignored;
+  const grpc::Status too_long = admin_->Simulate(Ctx().get(), week, &ignored);
+  EXPECT_EQ(too_long.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_long.error_message(), HasSubstr("from: a window of"));
+  week.clear_from();
+  week.mutable_policy()->mutable_trip()->set_failure_rate(250);
+  const grpc::Status bad_rate = admin_->Simulate(Ctx().get(), week, &ignored);
+  EXPECT_EQ(bad_rate.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_rate.error_message(), HasSubstr("policy.trip.failure_rate"));
+  EXPECT_EQ(Ctl({"get", "chain", "assistant-llm", "-o", "json"}).out.find("\"errors\": 3"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace failover::testing

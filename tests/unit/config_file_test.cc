@@ -289,5 +289,29 @@ TEST(ConfigFileTest, AnAliasOfABigScalarIsRefusedByTheBytesItExpandsTo) {
               HasSubstr("scalars.yaml:1: the document expands to more than 2000000 YAML nodes or 64 MiB of text"));
 }
 
+// A candidate policy for `failoverctl simulate`: a chain's policy block, with
+// or without its key, over the chain's live settings.
+TEST(ConfigFileTest, APolicyFileChangesOnlyWhatItSays) {
+  Policy live;
+  live.recovery_min_dwell = absl::Seconds(45);
+  for (const std::string text : {"trip:\n  errors: 0\n  failure_rate: 20\n",
+                                 "policy:\n  trip:\n    errors: 0\n    failure_rate: 20\n"}) {
+    SCOPED_TRACE(text);
+    auto p = ParsePolicyText(text, "rate.yaml", live);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->trip_errors, 0u);
+    EXPECT_EQ(p->trip_failure_rate, 20);
+    EXPECT_EQ(p->recovery_min_dwell, absl::Seconds(45));
+  }
+  EXPECT_THAT(ParsePolicyText("trip:\n  errors: many\n", "rate.yaml", live).status().message(),
+              HasSubstr("rate.yaml:2: policy.trip.errors: must be a whole number"));
+  EXPECT_THAT(ParsePolicyText("trip:\n  erors: 1\n", "rate.yaml", live).status().message(),
+              HasSubstr("rate.yaml:2: policy.trip.erors: unknown field"));
+  EXPECT_THAT(ParsePolicyText("- 1\n", "rate.yaml", live).status().message(),
+              HasSubstr("rate.yaml:1: must be one map of policy settings"));
+  EXPECT_THAT(ParsePolicyText("trip: [\n", "rate.yaml", live).status().message(), HasSubstr("not valid YAML"));
+  EXPECT_THAT(ParsePolicyText("trip: \"\\xff\"\n", "rate.yaml", live).status().message(), HasSubstr("rate.yaml"));
+}
+
 }  // namespace
 }  // namespace failover::config

@@ -191,7 +191,7 @@ TEST(ReplayTest, ARateTripFlapsLessOnANoisyProviderAndTakesLongerToDetectTheOuta
   LiveRun live(LivePolicy());
   live.Serve(absl::Minutes(30));
   ReplayInput input = live.input();
-  input.flap_window = absl::Seconds(60);
+  input.flap_window = LivePolicy().recovery_min_dwell;
   absl::StatusOr<ReplaySummary> single = Replay(input);
   absl::StatusOr<ReplaySummary> rate = Replay(WithPolicy(input, RatePolicy()));
   ASSERT_TRUE(single.ok() && rate.ok());
@@ -199,6 +199,7 @@ TEST(ReplayTest, ARateTripFlapsLessOnANoisyProviderAndTakesLongerToDetectTheOuta
   EXPECT_GT(single->flaps, 3u);
   EXPECT_LT(rate->flaps, single->flaps);
   EXPECT_LT(rate->trips.size(), single->trips.size());
+  EXPECT_LT(rate->in_fallback, single->in_fallback);
   // Both trip in the real outage: one failure trips at once, the rate waits
   // for ten calls in its window (or failed checks).
   const Providers outage;

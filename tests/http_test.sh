@@ -143,6 +143,15 @@ call "disable" 200 '"health":"HEALTH_STATE_DISABLED"' "${admin[@]}" "${json[@]}"
 call "enable" 200 '"enabled":true' "${admin[@]}" "${json[@]}" -X POST "$base/v1/admin/enable" -d '{"target":"b"}'
 call "probe now" 200 '{' "${admin[@]}" "${json[@]}" -X POST "$base/v1/admin/probe-now" -d '{}'
 
+# The outcome trace and a replay of it (the report above tripped a).
+call "trace" 200 '"httpStatus":503' "${admin[@]}" "$base/v1/admin/trace?chain=ch&limit=10"
+call "trace with a decide token" 403 'admin calls need an admin token' "${decide[@]}" "$base/v1/admin/trace"
+call "trace bad from" 400 'from: not an RFC 3339 time' "${admin[@]}" "$base/v1/admin/trace?from=today"
+call "simulate" 200 '"trips":[{"target":"a"' "${admin[@]}" "${json[@]}" -X POST "$base/v1/admin/simulate" \
+  -d '{"chain":"ch","policy":{"trip":{"errors":3}}}'
+call "simulate bad policy" 400 'policy.trip.failure_rate' "${admin[@]}" "${json[@]}" -X POST \
+  "$base/v1/admin/simulate" -d '{"chain":"ch","policy":{"trip":{"failureRate":250}}}'
+
 # The event stream: a snapshot first; Last-Event-ID resumes with the events after it.
 curl -s -N --max-time 2 "${decide[@]}" "$base/v1/watch" > "$work/stream" || true
 if grep -q '^event: snapshot' "$work/stream" && grep -q '^id: ' "$work/stream"; then

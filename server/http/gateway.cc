@@ -56,6 +56,8 @@ const std::vector<Route>& Routes() {
       {"POST", "/v1/admin/enable", "SetTargetEnabled", From::kBody, "", "{\"enabled\":true}"},
       {"POST", "/v1/admin/disable", "SetTargetEnabled", From::kBody, "", "{\"enabled\":false}"},
       {"POST", "/v1/admin/probe-now", "ProbeNow", From::kBody},
+      {"GET", "/v1/admin/trace", "ListTrace", From::kQuery},
+      {"POST", "/v1/admin/simulate", "Simulate", From::kBody},
   };
   return *routes;
 }

@@ -649,11 +649,35 @@ absl::StatusOr<std::vector<TraceEntry>> Store::ReadTrace(absl::Time from, absl::
   std::shared_lock<std::shared_mutex> open(mu_);
   RETURN_IF_ERROR(OpenOrRefuse());
   std::vector<TraceEntry> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kTrace)));
   TraceRecord r;
-  // Entries are appended in the order they were counted, so times rise
-  // (within a clock step): the scan stops at the first entry past `to`.
-  for (it->Seek(EncodeUint64(after + 1)); it->Valid() && out.size() < limit; it->Next()) {
+  // Entries are appended in the order they were counted, so times rise with
+  // numbers (failoverd's clock does not step back while it runs): the first
+  // entry at or after `from` is found by bisecting the numbers, and the scan
+  // stops at the first entry past `to`.
+  uint64_t start = after + 1;
+  if (from != absl::InfinitePast()) {
+    uint64_t lo = std::max(start, oldest_trace_.load()), hi = next_trace_.load();
+    rocksdb::PinnableSlice value;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      value.Reset();
+      const rocksdb::Status got =
+          db_->Get(rocksdb::ReadOptions(), handle(Family::kTrace), EncodeUint64(mid), &value);
+      if (!got.ok() && !got.IsNotFound()) return FromRocks(got, data_dir_);
+      // An entry trimmed meanwhile was among the oldest: before `from` too.
+      const bool before = got.IsNotFound() ||
+                          (r.ParseFromArray(value.data(), static_cast<int>(value.size())) &&
+                           TimeFromNanos(r.time_nanos()) < from);
+      if (before) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    start = std::max(start, lo);
+  }
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kTrace)));
+  for (it->Seek(EncodeUint64(start)); it->Valid() && out.size() < limit; it->Next()) {
     TraceEntry e;
     if (!DecodeUint64(it->key().ToStringView(), &e.number) ||
         !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) || !DecodeTrace(r, &e)) {

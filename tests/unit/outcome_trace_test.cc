@@ -146,6 +146,36 @@ TEST(OutcomeTraceTest, EntriesOlderThanTheMaxAgeGo) {
   EXPECT_EQ((*window)[0].at, kT0 + absl::Hours(3));
 }
 
+// A window's first page starts at the window (found by bisecting the
+// numbers), whatever came before it, and pages on by number.
+TEST(OutcomeTraceTest, AWindowStartsAtItsFirstEntryAndPagesByNumber) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(600, absl::Hours(24));
+  for (int i = 0; i < 1000; ++i) {
+    trace.Add(Failure(kT0 + absl::Seconds(i), i));
+    if (i % 100 == 99) {
+      ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(i)).ok());
+    }
+  }
+  ASSERT_EQ(ReadAll(*store).front().number, 401u);  // the oldest 400 were trimmed
+  auto numbers = [&](absl::Time from, absl::Time to, uint64_t after) {
+    auto read = store->ReadTrace(from, to, "", 3, after);
+    EXPECT_TRUE(read.ok()) << read.status();
+    std::vector<uint64_t> out;
+    for (const TraceEntry& e : *read) out.push_back(e.number);
+    return out;
+  };
+  const absl::Time end = absl::InfiniteFuture();
+  EXPECT_THAT(numbers(kT0 + absl::Seconds(700), end, 0), ::testing::ElementsAre(701, 702, 703));
+  EXPECT_THAT(numbers(kT0 + absl::Seconds(700), end, 702), ::testing::ElementsAre(703, 704, 705));
+  EXPECT_THAT(numbers(kT0 + absl::Milliseconds(699'500), end, 0), ::testing::ElementsAre(701, 702, 703));
+  EXPECT_THAT(numbers(kT0, end, 0), ::testing::ElementsAre(401, 402, 403));  // before what is kept
+  EXPECT_THAT(numbers(kT0 + absl::Seconds(998), end, 0), ::testing::ElementsAre(999, 1000));
+  EXPECT_THAT(numbers(kT0 + absl::Seconds(1000), end, 0), ::testing::ElementsAre());
+  EXPECT_THAT(numbers(kT0 + absl::Seconds(500), kT0 + absl::Seconds(502), 0), ::testing::ElementsAre(501, 502));
+}
+
 TEST(OutcomeTraceTest, AMessageIsCutToValidUtf8) {
   TempDir dir;
   auto store = OpenOk(dir.path());

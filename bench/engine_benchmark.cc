@@ -11,6 +11,7 @@
 #include "benchmark/benchmark.h"
 #include "server/api/outcome_trace.h"
 #include "server/engine/engine.h"
+#include "server/engine/replay.h"
 #include "storage/store.h"
 #include "tests/support/failoverd_process.h"
 
@@ -187,6 +188,46 @@ void BM_TraceAdd(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_TraceAdd)->Threads(1)->Threads(2)->UseRealTime();
+
+// `failoverctl simulate`'s work for one column: an hour of a two-target chain
+// at `range(0)` outcomes a second (one in twenty failing, a check every 5 s)
+// replayed on the simulated clock. items = trace entries replayed.
+void BM_ReplayHour(benchmark::State& state) {
+  ReplayInput input;
+  input.chain.name = "chat";
+  input.chain.targets = {"noisy", "steady"};
+  input.targets.resize(2);
+  input.targets[0].name = "noisy";
+  input.targets[1].name = "steady";
+  input.from = kStart;
+  input.to = kStart + absl::Hours(1);
+  const int64_t per_second = state.range(0);
+  for (int64_t s = 0; s < 3600; ++s) {
+    for (int64_t k = 0; k < per_second; ++k) {
+      TraceEntry e;
+      e.at = kStart + absl::Seconds(s) + absl::Milliseconds(k * 1000 / per_second);
+      e.chain = "chat";
+      e.target = "noisy";
+      e.facts.success = (s * per_second + k) % 20 != 7;
+      if (!e.facts.success) e.facts.http_status = 503;
+      input.entries.push_back(std::move(e));
+    }
+    if (s % 5 == 0) {
+      TraceEntry check;
+      check.at = kStart + absl::Seconds(s);
+      check.target = "noisy";
+      check.source = TraceSource::kProbePass;
+      input.entries.push_back(std::move(check));
+    }
+  }
+  for (auto _ : state) {
+    absl::StatusOr<ReplaySummary> run = Replay(input);
+    if (!run.ok()) state.SkipWithError("replay failed");
+    benchmark::DoNotOptimize(run);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(input.entries.size()));
+}
+BENCHMARK(BM_ReplayHour)->Arg(2)->Arg(100)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace failover

@@ -587,6 +587,22 @@ std::string Detection(const v1::SimulatedRun& run) {
 }
 
 int Simulate(Ctl& ctl, const SimulateFlags& f) {
+  // The flags first, so a usage error needs no server.
+  if (!f.since.empty() && (!f.from.empty() || !f.to.empty())) {
+    return Usage("simulate: give --since or --from/--to, not both");
+  }
+  v1::SimulateRequest req;
+  req.set_chain(f.chain);
+  if (!f.since.empty() && !SinceFlag(f.since, req.mutable_from())) return kExitUsage;
+  if (!f.from.empty() && !TimeFlag("--from", f.from, req.mutable_from())) return kExitUsage;
+  if (!f.to.empty() && !TimeFlag("--to", f.to, req.mutable_to())) return kExitUsage;
+  if (!f.flap_window.empty()) {
+    absl::Duration window;
+    if (!absl::ParseDuration(f.flap_window, &window) || window < absl::ZeroDuration()) {
+      return Usage(absl::StrCat("--flap-window: expected a duration such as 60s, got \"", f.flap_window, "\""));
+    }
+    failover::api::DurationToProto(window, req.mutable_flap_window());
+  }
   std::ifstream in(f.policy_file);
   if (!in) return Usage(absl::StrCat("--policy: cannot read \"", f.policy_file, "\""));
   std::stringstream text;
@@ -601,22 +617,7 @@ int Simulate(Ctl& ctl, const SimulateFlags& f) {
   const absl::StatusOr<failover::Policy> candidate =
       failover::config::ParsePolicyText(text.str(), f.policy_file, *live);
   if (!candidate.ok()) return Usage(std::string(candidate.status().message()));
-  if (!f.since.empty() && (!f.from.empty() || !f.to.empty())) {
-    return Usage("simulate: give --since or --from/--to, not both");
-  }
-  v1::SimulateRequest req;
-  req.set_chain(f.chain);
   failover::api::PolicyToProto(*candidate, req.mutable_policy());
-  if (!f.since.empty() && !SinceFlag(f.since, req.mutable_from())) return kExitUsage;
-  if (!f.from.empty() && !TimeFlag("--from", f.from, req.mutable_from())) return kExitUsage;
-  if (!f.to.empty() && !TimeFlag("--to", f.to, req.mutable_to())) return kExitUsage;
-  if (!f.flap_window.empty()) {
-    absl::Duration window;
-    if (!absl::ParseDuration(f.flap_window, &window) || window < absl::ZeroDuration()) {
-      return Usage(absl::StrCat("--flap-window: expected a duration such as 60s, got \"", f.flap_window, "\""));
-    }
-    failover::api::DurationToProto(window, req.mutable_flap_window());
-  }
   v1::SimulateResponse resp;
   const grpc::Status s = ctl.admin->Simulate(ctl.Ctx(), req, &resp);
   if (!s.ok()) return ExitFor(s);

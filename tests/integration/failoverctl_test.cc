@@ -473,6 +473,10 @@ TEST_F(FailoverctlTest, SimulateReplaysTheTraceUnderTheLiveAndACandidatePolicy) 
   const CommandResult both = Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "--since", "1h",
                                   "--from", "2026-12-04T10:00:00Z"});
   EXPECT_THAT(both.err, HasSubstr("give --since or --from/--to, not both"));
+  EXPECT_THAT(Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "--from", "yesterday"}).err,
+              HasSubstr("--from: expected a time such as 2026-12-04T10:00:00Z, got \"yesterday\""));
+  EXPECT_THAT(Ctl({"simulate", "--chain", "assistant-llm", "--policy", candidate, "--flap-window", "-1s"}).err,
+              HasSubstr("--flap-window: expected a duration"));
   v1::SimulateRequest week;
   week.set_chain("assistant-llm");
   week.mutable_policy()->mutable_trip()->set_errors(3);

@@ -51,6 +51,9 @@ class Replayer {
       // The ticker's work (holds ending, dwells passing, checks falling due)
       // once a second, as failoverd does it, up to this entry.
       for (; tick <= e.at; tick += absl::Seconds(1)) TickAt(tick);
+      // Checks fall due, are handed out and are answered between ticks: a
+      // prober asks often, so take what is due at every moment the trace has.
+      Probe(ProbeRequest{}, e.at);
       NoteFailureRun(e);
       if (e.source == TraceSource::kOutcome) {
         Outcome(e);
@@ -102,10 +105,14 @@ class Replayer {
   }
 
   void Outcome(const TraceEntry& e) {
-    if (!e.facts.success && default_rules_.Classify(e.facts).counts && e.target == active_) {
+    // Every outcome followed a pick. A pick is also where a chain whose dwell
+    // has passed moves back, so the replay picks too, and learns the target
+    // this policy would have tried first.
+    const std::string first = FirstAttempt(e.at);
+    if (!e.facts.success && default_rules_.Classify(e.facts).counts && e.target == first) {
       summary_.requests_to_failing += e.count;
     }
-    if (e.target != active_) summary_.elsewhere += e.count;
+    if (e.target != first) summary_.elsewhere += e.count;
     ReportRequest request;
     request.chain = in_.chain.name;
     request.target = e.target;
@@ -118,6 +125,16 @@ class Replayer {
       Take(events);
       ++summary_.outcomes;
     }
+  }
+
+  std::string FirstAttempt(absl::Time now) {
+    PickRequest pick;
+    pick.chain = in_.chain.name;
+    Plan plan;
+    Events events;
+    if (!engine_.Pick(pick, now, &plan, &events).ok()) return "";
+    Take(events);
+    return plan.attempts.empty() ? "" : plan.attempts[0].target->config.name;
   }
 
   // Where each target's current run of failures began: the same for every

@@ -81,8 +81,8 @@ std::vector<std::string> Lines(const Events& events) {
   return out;
 }
 
-// Serves `minutes` of traffic (two requests a second through the chain's
-// plan) and answers health checks a second after handing them out.
+// Serves traffic (two requests a second through the chain's plan) and
+// answers the health checks it hands out.
 class LiveRun {
  public:
   explicit LiveRun(const Policy& policy) {
@@ -103,36 +103,18 @@ class LiveRun {
     if (applied.ok()) Record(applied->events);
   }
 
+  // Each second: the ticker at the whole second, then a prober that polls
+  // twice (answering what it was handed at its last poll) between two
+  // requests, so checks fall due, are handed out and answered between ticks.
   void Serve(absl::Duration length) {
-    std::vector<ProbeTask> pending;
     for (absl::Time now = kStart; now <= kStart + length; now += absl::Seconds(1)) {
       Events events;
       engine_->Tick(now, &events);
       Record(events);
-      events.clear();
-      ProbeRequest answers;
-      answers.prober_id = "prober";
-      for (const ProbeTask& task : pending) {
-        ProbeResult& r = answers.results.emplace_back();
-        r.lease_id = task.lease_id;
-        const bool failed = providers_.Fails(task.target->config.name, now);
-        r.outcome = failed ? ProbeOutcome::kFail : ProbeOutcome::kPass;
-        r.facts = Facts(failed);
-      }
-      ProbeResponse probed;
-      ASSERT_TRUE(engine_->Probe(answers, now, &probed, &events).ok());
-      Record(events);
-      for (const AcceptedCheck& c : probed.checks) {
-        TraceEntry e;
-        e.at = now;
-        e.target = c.target;
-        e.facts = c.result->facts;
-        e.source = c.outcome == ProbeOutcome::kPass ? TraceSource::kProbePass : TraceSource::kProbeFail;
-        e.recovery_probe = c.recovery;
-        input_.entries.push_back(std::move(e));
-      }
-      pending = probed.tasks;
-      for (int request = 0; request < 2; ++request) Request(now);
+      PollProber(now + absl::Milliseconds(300));
+      Request(now + absl::Milliseconds(400));
+      PollProber(now + absl::Milliseconds(700));
+      Request(now + absl::Milliseconds(800));
     }
     input_.from = kStart;
     input_.to = kStart + length;
@@ -167,8 +149,35 @@ class LiveRun {
     }
   }
 
+  void PollProber(absl::Time now) {
+    ProbeRequest answers;
+    answers.prober_id = "prober";
+    for (const ProbeTask& task : pending_) {
+      ProbeResult& r = answers.results.emplace_back();
+      r.lease_id = task.lease_id;
+      const bool failed = providers_.Fails(task.target->config.name, now);
+      r.outcome = failed ? ProbeOutcome::kFail : ProbeOutcome::kPass;
+      r.facts = Facts(failed);
+    }
+    ProbeResponse probed;
+    Events events;
+    ASSERT_TRUE(engine_->Probe(answers, now, &probed, &events).ok());
+    Record(events);
+    for (const AcceptedCheck& c : probed.checks) {
+      TraceEntry e;
+      e.at = now;
+      e.target = c.target;
+      e.facts = c.result->facts;
+      e.source = c.outcome == ProbeOutcome::kPass ? TraceSource::kProbePass : TraceSource::kProbeFail;
+      e.recovery_probe = c.recovery;
+      input_.entries.push_back(std::move(e));
+    }
+    pending_ = probed.tasks;
+  }
+
   void Record(const Events& events) { events_.insert(events_.end(), events.begin(), events.end()); }
 
+  std::vector<ProbeTask> pending_;
   std::unique_ptr<Engine> engine_;
   Providers providers_;
   ReplayInput input_;

@@ -493,5 +493,77 @@ TEST_F(FailoverctlTest, SimulateReplaysTheTraceUnderTheLiveAndACandidatePolicy) 
   EXPECT_EQ(Ctl({"get", "chain", "assistant-llm", "-o", "json"}).out.find("\"errors\": 3"), std::string::npos);
 }
 
+// What a real failoverd recorded (outcomes through the decision service,
+// checks through Probe, the ticker and picks moving the chain back), replayed
+// under its own policy, tells the same story as its event log: the same trips,
+// recoveries and switches in the same order.
+TEST_F(FailoverctlTest, SimulateOfTheLivePolicyRetellsTheEventLog) {
+  v1::ApplyRequest config;
+  AddTarget(&config, "a");
+  AddTarget(&config, "b");
+  v1::Policy* policy = AddChain(&config, "ch", {"a", "b"})->mutable_policy();
+  *policy->mutable_probe()->mutable_interval() = Millis(200);
+  policy->mutable_recovery()->set_probes(1);
+  *policy->mutable_recovery()->mutable_min_dwell() = Millis(400);
+  ASSERT_TRUE(Apply(config).ok());
+  // Answers every check it is handed with a pass.
+  std::vector<std::string> leases;
+  auto probe = [&] {
+    v1::ProbeRequest req;
+    req.set_prober_id("prober");
+    for (const std::string& lease : leases) {
+      v1::ProbeResult* r = req.add_results();
+      r->set_lease_id(lease);
+      r->set_outcome(v1::PROBE_OUTCOME_PASS);
+    }
+    v1::ProbeResponse resp;
+    EXPECT_TRUE(decide_->Probe(Ctx().get(), req, &resp).ok());
+    leases.clear();
+    for (const auto& t : resp.tasks()) leases.push_back(t.lease_id());
+  };
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    const v1::PickTargetResponse plan = Pick("ch");
+    ASSERT_EQ(plan.attempts(0).target(), "a");
+    Report(plan.decision_id(), "a", 503, "overloaded");  // trips a
+    Report(plan.decision_id(), "b", 0);
+    // Checks bring a back; a pick after the dwell moves the chain back to it.
+    ASSERT_TRUE(Eventually([&] {
+      probe();
+      const v1::PickTargetResponse next = Pick("ch");
+      if (next.attempts(0).target() != "a") {
+        Report(next.decision_id(), next.attempts(0).target(), 0);
+        return false;
+      }
+      return true;
+    })) << "cycle " << cycle;
+  }
+  auto story = [](auto events) {
+    std::vector<std::string> out;
+    for (const v1::Event& e : events) {
+      if (e.has_target_state()) {
+        out.push_back(absl::StrCat(e.target_state().target(), " ", v1::HealthState_Name(e.target_state().from_state()),
+                                   " -> ", v1::HealthState_Name(e.target_state().to_state())));
+      } else if (e.has_chain_switched()) {
+        out.push_back(absl::StrCat(e.chain_switched().chain(), " ", e.chain_switched().from_target(), " -> ",
+                                   e.chain_switched().to_target(), " ",
+                                   v1::SwitchReason_Name(e.chain_switched().reason())));
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string> happened = story(Events());
+  ASSERT_GE(happened.size(), 10u);
+
+  v1::SimulateRequest req;
+  req.set_chain("ch");
+  *req.mutable_policy() = *policy;
+  v1::SimulateResponse replayed;
+  const grpc::Status s = admin_->Simulate(Ctx().get(), req, &replayed);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(story(replayed.live().events()), happened);
+  EXPECT_EQ(replayed.live().trips_size(), 3);
+  EXPECT_EQ(replayed.live().checks_unused(), 0u);
+}
+
 }  // namespace
 }  // namespace failover::testing

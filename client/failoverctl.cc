@@ -577,13 +577,8 @@ std::string Span(const google::protobuf::Duration& proto) {
 
 // "6s / 41s": the median and the longest time to detect, or "-" without trips.
 std::string Detection(const v1::SimulatedRun& run) {
-  std::vector<google::protobuf::Duration> d(run.trips_size());
-  for (int i = 0; i < run.trips_size(); ++i) d[i] = run.trips(i).detection();
-  if (d.empty()) return "-";
-  std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) {
-    return std::make_pair(a.seconds(), a.nanos()) < std::make_pair(b.seconds(), b.nanos());
-  });
-  return absl::StrCat(Span(d[d.size() / 2]), " / ", Span(d.back()));
+  if (run.trip_count() == 0) return "-";
+  return absl::StrCat(Span(run.detection_median()), " / ", Span(run.detection_max()));
 }
 
 int Simulate(Ctl& ctl, const SimulateFlags& f) {
@@ -636,7 +631,7 @@ int Simulate(Ctl& ctl, const SimulateFlags& f) {
   const v1::SimulatedRun& b = resp.candidate();
   std::vector<std::vector<std::string>> rows = {
       {"", "live", "candidate"},
-      {"trips", absl::StrCat(a.trips_size()), absl::StrCat(b.trips_size())},
+      {"trips", absl::StrCat(a.trip_count()), absl::StrCat(b.trip_count())},
       {"recoveries", absl::StrCat(a.recoveries()), absl::StrCat(b.recoveries())},
       {"switches", absl::StrCat(a.switches()), absl::StrCat(b.switches())},
       {absl::StrCat("flaps (back and away within ", Span(resp.flap_window()), ")"),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -203,13 +204,23 @@ void TraceEntryToProto(const TraceEntry& e, v1::TraceEntry* out) {
 }
 
 void SimulatedRunToProto(const ReplaySummary& run, const Policy& policy, v1::SimulatedRun* out) {
-  constexpr size_t kMaxEvents = 1000;
+  // Bounded like the events: a week of a flapping chain trips many times.
+  constexpr size_t kMaxListed = 1000;
   PolicyToProto(policy, out->mutable_policy());
+  std::vector<absl::Duration> detection;
   for (const ReplayTrip& trip : run.trips) {
+    detection.push_back(trip.detection);
+    if (static_cast<size_t>(out->trips_size()) == kMaxListed) continue;
     v1::SimulatedTrip* t = out->add_trips();
     t->set_target(trip.target);
     TimeToProto(trip.at, t->mutable_time());
     DurationToProto(trip.detection, t->mutable_detection());
+  }
+  out->set_trip_count(static_cast<uint32_t>(run.trips.size()));
+  if (!detection.empty()) {
+    std::sort(detection.begin(), detection.end());
+    DurationToProto(detection[detection.size() / 2], out->mutable_detection_median());
+    DurationToProto(detection.back(), out->mutable_detection_max());
   }
   out->set_recoveries(run.recoveries);
   out->set_switches(run.switches);
@@ -221,7 +232,7 @@ void SimulatedRunToProto(const ReplaySummary& run, const Policy& policy, v1::Sim
   out->set_elsewhere(run.elsewhere);
   out->set_checks_used(run.checks_used);
   out->set_checks_unused(run.checks_unused);
-  const size_t shown = std::min(run.events.size(), kMaxEvents);
+  const size_t shown = std::min(run.events.size(), kMaxListed);
   for (size_t i = 0; i < shown; ++i) EventToProto(run.events[i], out->add_events());
   out->set_events_left_off(static_cast<uint32_t>(run.events.size() - shown));
 }

@@ -562,6 +562,7 @@ TEST_F(FailoverctlTest, SimulateOfTheLivePolicyRetellsTheEventLog) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(story(replayed.live().events()), happened);
   EXPECT_EQ(replayed.live().trips_size(), 3);
+  EXPECT_EQ(replayed.live().trip_count(), 3u);
   EXPECT_EQ(replayed.live().checks_unused(), 0u);
 }
 

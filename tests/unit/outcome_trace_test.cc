@@ -3,6 +3,7 @@
 #include "server/api/outcome_trace.h"
 
 #include "common/utf8.h"
+#include "server/api/convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
@@ -231,6 +232,29 @@ TEST(OutcomeTraceTest, ADataDirFromBeforeTheTraceOpensAndGainsOne) {
   trace.Add(Failure(kT0, 0));
   ASSERT_TRUE(trace.Flush(store.get(), kT0).ok());
   EXPECT_EQ(ReadAll(*store).size(), 1u);
+}
+
+// A replay's answer is bounded whatever the window held: a week of a
+// flapping chain lists its first 1000 trips and events and counts the rest.
+TEST(OutcomeTraceTest, ASimulateAnswerListsAtMostAThousandTripsAndEventsAndCountsThemAll) {
+  ReplaySummary run;
+  for (int i = 0; i < 5000; ++i) {
+    run.trips.push_back(ReplayTrip{"a", kT0 + absl::Seconds(i), absl::Seconds(i % 10)});
+    Event e;
+    e.kind = EventKind::kTargetState;
+    e.target = "a";
+    e.time = kT0 + absl::Seconds(i);
+    run.events.push_back(e);
+  }
+  v1::SimulatedRun out;
+  SimulatedRunToProto(run, Policy(), &out);
+  EXPECT_EQ(out.trips_size(), 1000);
+  EXPECT_EQ(out.trip_count(), 5000u);
+  EXPECT_EQ(out.detection_median().seconds(), 5);
+  EXPECT_EQ(out.detection_max().seconds(), 9);
+  EXPECT_EQ(out.events_size(), 1000);
+  EXPECT_EQ(out.events_left_off(), 4000u);
+  EXPECT_LT(out.ByteSizeLong(), 200u * 1024);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // judged on the same outcomes.
 #include "server/engine/replay.h"
 
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>

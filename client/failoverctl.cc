@@ -987,11 +987,11 @@ int main(int argc, char** argv) {
   simulate->add_option("--chain", sim.chain, "The chain to replay")->required();
   simulate->add_option("--policy", sim.policy_file,
                        "YAML file with the candidate policy (what a chain's policy: holds)")->required();
-  simulate->add_option("--since", sim.since, "Replay this recent a window: a duration such as 30m (default 1h)");
+  simulate->add_option("--since", sim.since, "Replay the last this long: a duration such as 30m (default 1h)");
   simulate->add_option("--from", sim.from, "Start of the window (RFC 3339)");
   simulate->add_option("--to", sim.to, "End of the window (RFC 3339; default now)");
   simulate->add_option("--flap-window", sim.flap_window,
-                       "A switch back undone within this long is a flap (default: the live recovery.min_dwell)");
+                       "Leaving a target this soon after switching to it is a flap (default: the live recovery.min_dwell)");
 
   int64_t max_events = 0;
   int64_t after = -1;

@@ -902,10 +902,12 @@ void Replica::RunRelay() {
           continue;
         }
         auto [at, fresh] = merged.try_emplace({next.report.target(), next.report.chain()}, batch.size());
-        failover::v1::ReportOutcomeRequest& into = batch[at->second].report;
-        if (!fresh && !into.has_report_id() && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
-          into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
-          continue;
+        if (!fresh) {  // (a fresh entry's index is one past the end of batch)
+          failover::v1::ReportOutcomeRequest& into = batch[at->second].report;
+          if (!into.has_report_id() && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
+            into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
+            continue;
+          }
         }
         at->second = batch.size();
         batch.push_back(std::move(next));

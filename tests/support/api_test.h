@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -88,6 +89,15 @@ class ApiTest : public ::testing::Test {
     auto channel = proc_->Channel();
     decide_ = v1::DecisionService::NewStub(channel);
     admin_ = v1::AdminService::NewStub(channel);
+  }
+
+  // A failed test shows the end of what failoverd wrote (a sanitizer's
+  // finding, a refusal), which the test's own messages cannot.
+  void TearDown() override {
+    if (!HasFailure()) return;
+    auto tail = [](const std::string& text) { return text.size() > 6000 ? text.substr(text.size() - 6000) : text; };
+    if (proc_) std::cerr << "--- failoverd stderr (end) ---\n" << tail(proc_->Stderr()) << "\n";
+    if (cluster_leader_) std::cerr << "--- leader replica stderr (end) ---\n" << tail(cluster_leader_->Stderr()) << "\n";
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx() {

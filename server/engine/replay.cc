@@ -1,5 +1,6 @@
 #include "server/engine/replay.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -32,39 +33,60 @@ ProbeOutcome CheckOutcome(TraceSource source) {
 
 bool InService(HealthState h) { return h == HealthState::kHealthy || h == HealthState::kUnknown; }
 
-class Replayer {
- public:
-  explicit Replayer(const ReplayInput& in) : in_(in), engine_(ReplayEngineOptions()) {}
+}  // namespace
 
-  absl::StatusOr<ReplaySummary> Run() {
-    ConfigChange config{in_.targets, {in_.chain}};
+class PolicyRun::Impl {
+ public:
+  explicit Impl(const ReplayInput& setup)
+      : chain_(setup.chain.name),
+        flap_window_(setup.flap_window),
+        engine_(ReplayEngineOptions()),
+        now_(setup.from),
+        tick_(setup.from),
+        state_since_(setup.from) {}
+
+  absl::Status Start(const ReplayInput& setup) {
+    ConfigChange config{setup.targets, {setup.chain}};
     for (TargetConfig& t : config.targets) t.managed_by.clear();
     config.chains[0].managed_by.clear();
-    absl::StatusOr<ApplyResult> applied = engine_.Apply(config, ApplyOptions{}, in_.from);
+    absl::StatusOr<ApplyResult> applied = engine_.Apply(config, ApplyOptions{}, setup.from);
     if (!applied.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("the policy cannot be replayed: ", applied.status().message()));
     }
     Take(applied->events);
-    absl::Time tick = in_.from;
-    for (const TraceEntry& e : in_.entries) {
-      if (e.at < in_.from || e.at > in_.to) continue;
-      // The ticker's work (holds ending, dwells passing, checks falling due)
-      // once a second, as failoverd does it, up to this entry.
-      for (; tick <= e.at; tick += absl::Seconds(1)) TickAt(tick);
-      // Checks fall due, are handed out and are answered between ticks: a
-      // prober asks often, so take what is due at every moment the trace has.
-      Probe(ProbeRequest{}, e.at);
-      NoteFailureRun(e);
-      if (e.source == TraceSource::kOutcome) {
-        Outcome(e);
-      } else {
-        Check(e);
-      }
+    return absl::OkStatus();
+  }
+
+  void Feed(TraceEntry e) {
+    e.at = std::max(e.at, now_);
+    AdvanceTo(e.at);
+    // Checks fall due, are handed out and are answered between ticks: a
+    // prober asks often, so take what is due at every moment the trace has.
+    Probe(ProbeRequest{}, e.at);
+    NoteFailureRun(e);
+    if (e.source == TraceSource::kOutcome) {
+      Outcome(e);
+    } else {
+      Check(e);
     }
-    for (; tick <= in_.to; tick += absl::Seconds(1)) TickAt(tick);
-    CloseChainState(in_.to);
+  }
+
+  // The ticker's work (holds ending, dwells passing, checks falling due)
+  // once a second, as failoverd does it, up to `now`.
+  void AdvanceTo(absl::Time now) {
+    for (; tick_ <= now; tick_ += absl::Seconds(1)) TickAt(tick_);
+    now_ = std::max(now_, now);
+  }
+
+  ReplaySummary Finish(absl::Time to) {
+    AdvanceTo(to);
+    CloseChainState(to);
     return std::move(summary_);
   }
+
+  Events TakeEvents() { return std::exchange(summary_.events, {}); }
+  std::vector<ReplayTrip> TakeTrips() { return std::exchange(summary_.trips, {}); }
+  const ReplaySummary& summary() const { return summary_; }
 
  private:
   void TickAt(absl::Time now) {
@@ -114,7 +136,7 @@ class Replayer {
     }
     if (e.target != first) summary_.elsewhere += e.count;
     ReportRequest request;
-    request.chain = in_.chain.name;
+    request.chain = chain_;
     request.target = e.target;
     request.facts = e.facts;
     request.latency = e.latency;
@@ -129,7 +151,7 @@ class Replayer {
 
   std::string FirstAttempt(absl::Time now) {
     PickRequest pick;
-    pick.chain = in_.chain.name;
+    pick.chain = chain_;
     Plan plan;
     Events events;
     if (!engine_.Pick(pick, now, &plan, &events).ok()) return "";
@@ -171,7 +193,7 @@ class Replayer {
     active_ = e.to_target;
     if (e.switch_reason == SwitchReason::kInitial) return;
     ++summary_.switches;
-    if (e.from_target == switched_to_ && e.time - switched_at_ < in_.flap_window) ++summary_.flaps;
+    if (e.from_target == switched_to_ && e.time - switched_at_ < flap_window_) ++summary_.flaps;
     switched_to_ = e.to_target;
     switched_at_ = e.time;
   }
@@ -184,20 +206,36 @@ class Replayer {
     state_since_ = now;
   }
 
-  const ReplayInput& in_;
+  const std::string chain_;
+  const absl::Duration flap_window_;
   const FailoverRules default_rules_;
   Engine engine_;
+  absl::Time now_;   // the latest moment handed to the engine
+  absl::Time tick_;  // the ticker's next run
   ReplaySummary summary_;
   std::map<std::string, std::string> leases_;  // target -> outstanding check
   std::map<std::string, absl::Time> failing_since_;
   std::string active_;
   ChainState state_ = ChainState::kPrimary;
-  absl::Time state_since_ = in_.from;
+  absl::Time state_since_;
   std::string switched_to_;
   absl::Time switched_at_ = absl::InfinitePast();
 };
 
-}  // namespace
+absl::StatusOr<std::unique_ptr<PolicyRun>> PolicyRun::Start(const ReplayInput& setup) {
+  auto impl = std::make_unique<Impl>(setup);
+  if (absl::Status started = impl->Start(setup); !started.ok()) return started;
+  return std::unique_ptr<PolicyRun>(new PolicyRun(std::move(impl)));
+}
+
+PolicyRun::PolicyRun(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PolicyRun::~PolicyRun() = default;
+void PolicyRun::Feed(const TraceEntry& entry) { impl_->Feed(entry); }
+void PolicyRun::AdvanceTo(absl::Time now) { impl_->AdvanceTo(now); }
+Events PolicyRun::TakeEvents() { return impl_->TakeEvents(); }
+std::vector<ReplayTrip> PolicyRun::TakeTrips() { return impl_->TakeTrips(); }
+ReplaySummary PolicyRun::Finish(absl::Time to) { return impl_->Finish(to); }
+const ReplaySummary& PolicyRun::summary() const { return impl_->summary(); }
 
 absl::Status CheckReplayWindow(absl::Time from, absl::Time to) {
   if (to <= from) {
@@ -214,7 +252,12 @@ absl::Status CheckReplayWindow(absl::Time from, absl::Time to) {
 
 absl::StatusOr<ReplaySummary> Replay(const ReplayInput& input) {
   if (absl::Status window = CheckReplayWindow(input.from, input.to); !window.ok()) return window;
-  return Replayer(input).Run();
+  absl::StatusOr<std::unique_ptr<PolicyRun>> run = PolicyRun::Start(input);
+  if (!run.ok()) return run.status();
+  for (const TraceEntry& e : input.entries) {
+    if (e.at >= input.from && e.at <= input.to) (*run)->Feed(e);
+  }
+  return (*run)->Finish(input.to);
 }
 
 ReplayInput WithPolicy(ReplayInput input, const Policy& policy) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,40 @@ struct ReplaySummary {
   uint32_t checks_used = 0;    // recorded check results that answered a check this policy asked for
   uint32_t checks_unused = 0;  // recorded results for which this policy had no check out
   Events events;               // target.state and chain.switched, in order
+};
+
+// One policy run, fed the trace as it comes. Replay feeds it a whole window
+// at once; a shadow policy (DESIGN 3.17) is fed each second's entries as
+// failoverd writes them and reads what the run did since it last looked.
+// Both go through this one path, so a policy judged live and the same policy
+// replayed later make the same decisions.
+class PolicyRun {
+ public:
+  // A fresh engine holding `setup`'s chain and targets at `setup.from` (its
+  // entries and `to` are not used). INVALID_ARGUMENT for a config the engine
+  // refuses.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<PolicyRun>> Start(const ReplayInput& setup);
+  ~PolicyRun();
+
+  // One trace entry, in number order. The run's clock never goes back: an
+  // entry stamped before the latest moment the run has seen is taken then.
+  void Feed(const TraceEntry& entry);
+  // The ticker's work (once a second) up to `now`, and the checks that fell due.
+  void AdvanceTo(absl::Time now);
+  // What the run did since the last call, moved out: its events and trips.
+  // A live run calls these and so keeps no history; the counts stay in
+  // summary().
+  Events TakeEvents();
+  std::vector<ReplayTrip> TakeTrips();
+  // Advances to `to` and adds the chain's last stretch to the time in
+  // FALLBACK and DEGRADED.
+  [[nodiscard]] ReplaySummary Finish(absl::Time to);
+  const ReplaySummary& summary() const;
+
+ private:
+  class Impl;
+  explicit PolicyRun(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // INVALID_ARGUMENT naming `from`/`to` for a window that is empty, reversed

@@ -229,6 +229,64 @@ TEST(ReplayTest, ARateTripFlapsLessOnANoisyProviderAndTakesLongerToDetectTheOuta
   EXPECT_EQ(Lines(again->events), Lines(rate->events));
 }
 
+// A shadow policy is judged live: its run is fed each second's entries as
+// they are written, and read after each. It must decide what the replay of
+// the same window decides, or shadow events and simulate would disagree.
+TEST(ReplayTest, ARunFedSecondBySecondDecidesWhatTheReplayOfTheWindowDecides) {
+  LiveRun live(LivePolicy());
+  live.Serve(absl::Minutes(30));
+  const ReplayInput input = WithPolicy(live.input(), RatePolicy());
+  absl::StatusOr<ReplaySummary> replayed = Replay(input);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+
+  absl::StatusOr<std::unique_ptr<PolicyRun>> run = PolicyRun::Start(input);
+  ASSERT_TRUE(run.ok()) << run.status();
+  Events seen;
+  std::vector<ReplayTrip> trips;
+  size_t next = 0;
+  for (absl::Time second = input.from; second <= input.to; second += absl::Seconds(1)) {
+    for (; next < input.entries.size() && input.entries[next].at < second; ++next) {
+      (*run)->Feed(input.entries[next]);
+    }
+    (*run)->AdvanceTo(second);
+    for (Event& e : (*run)->TakeEvents()) seen.push_back(std::move(e));
+    for (ReplayTrip& t : (*run)->TakeTrips()) trips.push_back(std::move(t));
+  }
+  for (; next < input.entries.size(); ++next) (*run)->Feed(input.entries[next]);
+  const ReplaySummary last = (*run)->Finish(input.to);
+  for (const Event& e : last.events) seen.push_back(e);
+
+  EXPECT_GT(replayed->trips.size(), 0u);
+  EXPECT_EQ(Lines(seen), Lines(replayed->events));
+  EXPECT_EQ(trips.size() + last.trips.size(), replayed->trips.size());
+  EXPECT_EQ(last.switches, replayed->switches);
+  EXPECT_EQ(last.flaps, replayed->flaps);
+  EXPECT_EQ(last.in_fallback, replayed->in_fallback);
+  EXPECT_EQ(last.checks_used, replayed->checks_used);
+}
+
+// Entries written by several threads can come a little out of time order;
+// the run's clock does not go back for them.
+TEST(ReplayTest, AnEntryStampedBeforeTheRunsClockIsTakenAtTheClock) {
+  ReplayInput setup;
+  setup.chain.name = "chat";
+  setup.chain.targets = {"a", "b"};
+  setup.chain.policy.trip_errors = 1;
+  setup.targets.resize(2);
+  setup.targets[0].name = "a";
+  setup.targets[1].name = "b";
+  setup.from = kStart;
+  absl::StatusOr<std::unique_ptr<PolicyRun>> run = PolicyRun::Start(setup);
+  ASSERT_TRUE(run.ok()) << run.status();
+  (*run)->AdvanceTo(kStart + absl::Seconds(10));
+  TraceEntry late{0, kStart + absl::Seconds(4), "chat", "a", 1, {}, absl::ZeroDuration(), Facts(true)};
+  (*run)->Feed(late);
+  const std::vector<ReplayTrip> trips = (*run)->TakeTrips();
+  ASSERT_EQ(trips.size(), 1u);
+  EXPECT_EQ(trips[0].target, "a");
+  EXPECT_EQ(trips[0].at, kStart + absl::Seconds(10));
+}
+
 TEST(ReplayTest, AWindowThatIsEmptyOrTooLongIsRefusedByName) {
   ReplayInput input;
   input.chain.name = "chat";

@@ -251,6 +251,20 @@ std::vector<SettingDifference> ChainConfig::Differences(const ChainConfig& o) co
   p.Add(policy.Differences(o.policy));
   d.Add(p.Take());
   d.Compare("failover_enabled", failover_enabled, o.failover_enabled);
+  auto names = [](const std::vector<ShadowPolicy>& list) {
+    std::vector<std::string> out;
+    for (const ShadowPolicy& s : list) out.push_back(s.name);
+    return out;
+  };
+  d.Compare("shadow", names(shadows), names(o.shadows));
+  for (const ShadowPolicy& mine : shadows) {
+    for (const ShadowPolicy& theirs : o.shadows) {
+      if (mine.name != theirs.name) continue;
+      DifferenceList s(absl::StrCat("shadow.", mine.name, ".policy."));
+      s.Add(mine.policy.Differences(theirs.policy));
+      d.Add(s.Take());
+    }
+  }
   return d.Take();
 }
 
@@ -264,7 +278,7 @@ bool TargetConfig::operator==(const TargetConfig& o) const {
 
 bool ChainConfig::operator==(const ChainConfig& o) const {
   auto tie = [](const ChainConfig& c) {
-    return std::tie(c.name, c.targets, c.strategy, c.policy, c.failover_enabled, c.managed_by);
+    return std::tie(c.name, c.targets, c.strategy, c.policy, c.failover_enabled, c.shadows, c.managed_by);
   };
   return tie(*this) == tie(o);
 }

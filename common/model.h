@@ -178,12 +178,24 @@ struct TargetConfig {
   bool operator!=(const TargetConfig& o) const { return !(*this == o); }
 };
 
+// A policy judged beside a chain's own on the same outcomes (DESIGN 3.17):
+// what it would have done is reported, and nothing it decides is applied.
+struct ShadowPolicy {
+  std::string name;  // unique within the chain; the rules of target names
+  Policy policy;
+  bool operator==(const ShadowPolicy& o) const { return name == o.name && policy == o.policy; }
+};
+
+// Each shadow policy runs a private engine holding the chain and its targets.
+inline constexpr size_t kMaxShadowPolicies = 4;
+
 struct ChainConfig {
   std::string name;
   std::vector<std::string> targets;
   Strategy strategy = Strategy::kFailover;
   Policy policy;
   bool failover_enabled = true;
+  std::vector<ShadowPolicy> shadows;  // at most kMaxShadowPolicies
   std::string managed_by;
 
   // Each field that differs from `o` (this is the old version).

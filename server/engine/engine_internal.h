@@ -85,6 +85,7 @@ inline std::vector<std::string> ChangedFields(const ChainConfig& a, const ChainC
   if (a.strategy != b.strategy) f.push_back("strategy");
   if (a.policy != b.policy) f.push_back("policy");
   if (a.failover_enabled != b.failover_enabled) f.push_back("failover_enabled");
+  if (a.shadows != b.shadows) f.push_back("shadow");
   if (a.managed_by != b.managed_by) f.push_back("managed_by");
   return f;
 }

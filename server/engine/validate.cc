@@ -194,7 +194,21 @@ absl::Status ValidateChain(const ChainConfig& c, absl::string_view path,
     if (kind == "chain") return Invalid(ref_path, absl::StrCat("\"", ref, "\" is a chain; chains do not nest"));
     if (kind != "target") return Invalid(ref_path, absl::StrCat("unknown target \"", ref, "\""));
   }
-  return ValidatePolicy(c.policy, absl::StrCat(path, ".policy"));
+  RETURN_IF_ERROR(ValidatePolicy(c.policy, absl::StrCat(path, ".policy")));
+  if (c.shadows.size() > kMaxShadowPolicies) {
+    return Invalid(absl::StrCat(path, ".shadow"),
+                   absl::StrCat("at most ", kMaxShadowPolicies, " shadow policies, got ", c.shadows.size()));
+  }
+  std::set<std::string> shadow_names;
+  for (size_t i = 0; i < c.shadows.size(); ++i) {
+    const std::string shadow_path = absl::StrCat(path, ".shadow[", i, "]");
+    RETURN_IF_ERROR(ValidateName(c.shadows[i].name, absl::StrCat(shadow_path, ".name")));
+    if (!shadow_names.insert(c.shadows[i].name).second) {
+      return Invalid(absl::StrCat(shadow_path, ".name"), absl::StrCat("\"", c.shadows[i].name, "\" is used twice"));
+    }
+    RETURN_IF_ERROR(ValidatePolicy(c.shadows[i].policy, absl::StrCat(shadow_path, ".policy")));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace failover

@@ -2,7 +2,8 @@
 // way failoverd applies its --config, then every chain picked once. A config
 // that is accepted holds only UTF-8 strings (failoverd sends them all). The
 // same bytes as a `failoverctl simulate` policy file: one that parses and
-// validates must replay (the engine takes what validation passed).
+// validates must replay (the engine takes what validation passed), and every
+// shadow policy of an accepted config must get its live run.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +12,7 @@
 #include "server/config/config_file.h"
 #include "server/engine/engine.h"
 #include "server/engine/replay.h"
+#include "server/engine/shadows.h"
 #include "server/engine/validate.h"
 
 namespace {
@@ -56,6 +58,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (located.ok() || engine.generation() != 0) __builtin_trap();  // refused must stay refused, and change nothing
     return 0;
   }
+  failover::ShadowPolicies shadows;
+  shadows.Configure(*engine.snapshot(), now);
+  size_t declared = 0;
+  for (const failover::ChainConfig& chain : loaded->change.chains) declared += chain.shadows.size();
+  if (shadows.Status().size() != declared) __builtin_trap();
   for (const failover::ChainConfig& chain : loaded->change.chains) {
     failover::PickRequest pick;
     pick.chain = chain.name;

@@ -315,6 +315,11 @@ absl::StatusOr<ChainConfig> ChainFromProto(const v1::Chain& c, absl::string_view
   }
   ASSIGN_OR_RETURN(out.policy, PolicyFromProto(c.policy(), absl::StrCat(path, ".policy")));
   out.failover_enabled = !c.has_failover_enabled() || c.failover_enabled();
+  for (int i = 0; i < c.shadow_size(); ++i) {
+    ShadowPolicy& s = out.shadows.emplace_back();
+    s.name = c.shadow(i).name();
+    ASSIGN_OR_RETURN(s.policy, PolicyFromProto(c.shadow(i).policy(), absl::StrCat(path, ".shadow[", i, "].policy")));
+  }
   out.managed_by = c.managed_by();
   return out;
 }
@@ -359,6 +364,11 @@ void ChainToProto(const ChainConfig& c, v1::Chain* out) {
   }
   PolicyToProto(c.policy, out->mutable_policy());
   out->set_failover_enabled(c.failover_enabled);
+  for (const ShadowPolicy& s : c.shadows) {
+    v1::ShadowPolicy* p = out->add_shadow();
+    p->set_name(s.name);
+    PolicyToProto(s.policy, p->mutable_policy());
+  }
   out->set_managed_by(c.managed_by);
 }
 

@@ -30,6 +30,7 @@
 #include "server/config_reloader.h"
 #include "server/credentials.h"
 #include "server/engine/engine.h"
+#include "server/engine/shadows.h"
 #include "server/http/http_server.h"
 #include "server/log/log.h"
 #include "server/ticker.h"
@@ -165,6 +166,8 @@ absl::Status Daemon::Start() {
   metrics_ = std::make_unique<api::Metrics>(*registry_);
   state_gauges_ = std::make_shared<api::StateCollector>(engine_.get());
   process_metrics_ = std::make_shared<api::ProcessCollector>();  // the exposer keeps only a weak pointer
+  shadows_ = std::make_unique<ShadowPolicies>();
+  shadow_metrics_ = std::make_shared<api::ShadowCollector>(shadows_.get());
   events_ = std::make_unique<api::EventLog>(1000, restored->next_sequence - 1);
   auto recent = store_->RecentEvents(1000);
   if (recent.ok()) events_->Preload(std::move(recent).value());
@@ -257,6 +260,7 @@ absl::Status Daemon::Start() {
       exposer_->RegisterCollectable(state_gauges_);
       exposer_->RegisterCollectable(metrics_->chain_counters());
       exposer_->RegisterCollectable(process_metrics_);
+      exposer_->RegisterCollectable(shadow_metrics_);
       if (replica_metrics_) exposer_->RegisterCollectable(replica_metrics_);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", flags_.metrics_listen, ": ", e.what()));
@@ -421,10 +425,17 @@ absl::Status Daemon::Stop() {
 }
 
 void Daemon::FlushTrace() {
-  const absl::Status flushed = trace_->Flush(store_.get(), clock_.Now());
+  std::vector<TraceEntry> written;
+  const absl::Status flushed = trace_->Flush(store_.get(), clock_.Now(), &written);
   if (!flushed.ok() && !trace_failing_) log::Warn(absl::StrCat("outcome trace not written: ", flushed.message()));
   if (flushed.ok() && trace_failing_) log::Info("outcome trace written again");
   trace_failing_ = !flushed.ok();
+  // Shadow policies see what the trace records: what this replica counted.
+  const absl::Time now = clock_.Now();
+  shadows_->Configure(*engine_->snapshot(), now);
+  for (const ShadowEvent& s : shadows_->Feed(written, now)) {
+    log::Info(absl::StrCat("shadow ", s.shadow, ": ", api::EventLog::Describe(s.event)));
+  }
 }
 
 }  // namespace failover

@@ -29,6 +29,7 @@ namespace failover {
 class Committer;
 class ConfigReloader;
 class Engine;
+class ShadowPolicies;
 class Ticker;
 namespace storage {
 class Store;
@@ -43,6 +44,7 @@ class HealthService;
 class Metrics;
 class OutcomeTrace;
 class ProcessCollector;
+class ShadowCollector;
 class StateCollector;
 }  // namespace api
 namespace http {
@@ -69,7 +71,8 @@ class Daemon {
   // SERVING while listening, the data dir takes writes and (cluster mode)
   // the Change log applies; health_mu_ held.
   void UpdateServingLocked();
-  // Writes the outcome trace's waiting entries (each tick, and once at stop).
+  // Writes the outcome trace's waiting entries (each tick, and once at stop)
+  // and feeds what was written to the shadow policies.
   void FlushTrace();
 
   const Flags flags_;
@@ -80,6 +83,8 @@ class Daemon {
   std::unique_ptr<api::Metrics> metrics_;
   std::unique_ptr<api::OutcomeTrace> trace_;
   bool trace_failing_ = false;  // the last trace write was refused (ticker thread only)
+  std::unique_ptr<ShadowPolicies> shadows_;  // judged on what the trace records
+  std::shared_ptr<api::ShadowCollector> shadow_metrics_;
   std::shared_ptr<api::StateCollector> state_gauges_;
   std::shared_ptr<api::ProcessCollector> process_metrics_;
   std::unique_ptr<api::EventLog> events_;

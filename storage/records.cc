@@ -134,6 +134,11 @@ void EncodeChain(const ChainConfig& in, ChainRecord* out) {
   out->set_failover_enabled(in.failover_enabled);
   out->set_managed_by(in.managed_by);
   EncodePolicy(in.policy, out->mutable_policy());
+  for (const ShadowPolicy& s : in.shadows) {
+    ShadowPolicyRecord* r = out->add_shadows();
+    r->set_name(s.name);
+    EncodePolicy(s.policy, r->mutable_policy());
+  }
 }
 
 bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
@@ -142,6 +147,12 @@ bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
   if (!EnumFromInt(in.strategy(), Strategy::kLeastLatency, &out->strategy)) return false;
   out->failover_enabled = in.failover_enabled();
   out->managed_by = in.managed_by();
+  out->shadows.clear();
+  for (const ShadowPolicyRecord& r : in.shadows()) {
+    ShadowPolicy& s = out->shadows.emplace_back();
+    s.name = r.name();
+    if (!DecodePolicy(r.policy(), &s.policy)) return false;
+  }
   return DecodePolicy(in.policy(), &out->policy);
 }
 

@@ -230,6 +230,48 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   return {std::move(up), std::move(target_state), std::move(chain_state), std::move(last_probe)};
 }
 
+std::vector<prometheus::MetricFamily> ShadowCollector::Collect() const {
+  const std::vector<ShadowStatus> runs = shadows_->Status();
+  auto family = [&](const char* name, const char* help, prometheus::MetricType type, size_t per_run = 1) {
+    prometheus::MetricFamily f = GaugeFamily(name, help, runs.size() * per_run);
+    f.type = type;
+    return f;
+  };
+  using prometheus::MetricType;
+  prometheus::MetricFamily trips = family("failover_shadow_trips_total",
+                                          "Targets the shadow policy would have taken out of service.",
+                                          MetricType::Counter);
+  prometheus::MetricFamily recoveries = family("failover_shadow_recoveries_total",
+                                               "Targets the shadow policy would have brought back.", MetricType::Counter);
+  prometheus::MetricFamily switches = family("failover_shadow_switches_total",
+                                             "Chain switches the shadow policy would have made.", MetricType::Counter);
+  prometheus::MetricFamily flaps =
+      family("failover_shadow_flaps_total",
+             "Switches away from a target the chain had come back to within the live recovery.min_dwell.",
+             MetricType::Counter);
+  constexpr int kChainStates = static_cast<int>(ChainState::kPinned) + 1;
+  prometheus::MetricFamily state =
+      family("failover_shadow_chain_state",
+             "Per chain, shadow policy and state: 1 for the state the chain would be in, else 0.", MetricType::Gauge,
+             kChainStates);
+  auto counter = [](prometheus::MetricFamily* f, const ShadowStatus& r, uint64_t value) {
+    prometheus::ClientMetric& m = f->metric.emplace_back();
+    m.label = {{"chain", r.chain}, {"shadow", r.shadow}};
+    m.counter.value = static_cast<double>(value);
+  };
+  for (const ShadowStatus& r : runs) {
+    counter(&trips, r, r.trips);
+    counter(&recoveries, r, r.recoveries);
+    counter(&switches, r, r.switches);
+    counter(&flaps, r, r.flaps);
+    for (int s = 0; s < kChainStates; ++s) {
+      const auto each = static_cast<ChainState>(s);
+      AddGauge(&state, {{"chain", r.chain}, {"shadow", r.shadow}, {"state", ChainStateName(each)}}, each == r.state);
+    }
+  }
+  return {std::move(trips), std::move(recoveries), std::move(switches), std::move(flaps), std::move(state)};
+}
+
 std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   std::vector<prometheus::MetricFamily> out;
   auto gauge = [&](const char* name, const char* help, double value, prometheus::MetricType type) {

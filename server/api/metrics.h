@@ -24,6 +24,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/engine/engine.h"
+#include "server/engine/shadows.h"
 
 namespace failover::api {
 
@@ -36,6 +37,18 @@ class StateCollector final : public prometheus::Collectable {
 
  private:
   const Engine* engine_;
+};
+
+// failover_shadow_*: what each shadow policy would have done (DESIGN 3.17),
+// by chain and shadow name, read from the runs at each scrape. A run that
+// starts afresh (its policy changed) starts its counters at 0 again.
+class ShadowCollector final : public prometheus::Collectable {
+ public:
+  explicit ShadowCollector(const ShadowPolicies* shadows) : shadows_(shadows) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const ShadowPolicies* shadows_;
 };
 
 // The standard process_* metrics (CPU, memory, descriptors, start time), read

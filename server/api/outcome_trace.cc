@@ -33,8 +33,12 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
     waiting_.reserve(std::min({batch.size(), keep_, kMaxReserve}));
   }
   if (batch.empty()) return absl::OkStatus();
-  absl::Status written = store->AppendTrace(&batch);
-  if (written.ok()) return written;
+  absl::Status appended = store->AppendTrace(&batch);
+  if (appended.ok()) {
+    // Kept for the next Flush's caller, whichever call wrote them.
+    written_.insert(written_.end(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+    return appended;
+  }
   // Keep the oldest: they come first when the disk takes writes again.
   absl::MutexLock lock(&mu_);
   if (batch.size() > keep_) {
@@ -48,13 +52,18 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
   }
   batch.insert(batch.end(), std::make_move_iterator(waiting_.begin()), std::make_move_iterator(waiting_.end()));
   waiting_ = std::move(batch);
-  return written;
+  return appended;
 }
 
-absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now) {
+absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now, std::vector<TraceEntry>* written) {
   if (!enabled()) return absl::OkStatus();
   absl::MutexLock flushing(&flush_mu_);
-  RETURN_IF_ERROR(WriteWaiting(store));
+  const absl::Status appended = WriteWaiting(store);
+  if (written != nullptr) {
+    written->insert(written->end(), std::make_move_iterator(written_.begin()), std::make_move_iterator(written_.end()));
+  }
+  written_.clear();
+  RETURN_IF_ERROR(appended);
   return store->TrimTrace(keep_, max_age_, now);
 }
 

@@ -28,8 +28,11 @@ class OutcomeTrace {
   // dropped and counted instead, so memory stays bounded.
   void Add(TraceEntry entry);
   // Writes what waits, then trims the trace on disk. What a refused write
-  // held goes back to wait (within the bound) for the next call.
-  [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now);
+  // held goes back to wait (within the bound) for the next call. What was
+  // written since the last Flush (a Read writes too) is appended to
+  // `written` when given: the shadow policies' feed.
+  [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now,
+                                   std::vector<TraceEntry>* written = nullptr);
   // What the trace holds (storage::Store::ReadTrace), what
   // waits included: it is written first. At most `limit`.
   [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> Read(storage::Store* store, absl::Time from, absl::Time to,
@@ -47,6 +50,7 @@ class OutcomeTrace {
   absl::Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   std::vector<TraceEntry> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<TraceEntry> written_ ABSL_GUARDED_BY(flush_mu_);  // since the last Flush
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -278,7 +278,7 @@ absl::StatusOr<TargetConfig> ParseTarget(const Where& w, const YAML::Node& n) {
 }
 
 absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
-  RETURN_IF_ERROR(CheckKeys(w, n, {"name", "targets", "strategy", "policy", "failover_enabled"}));
+  RETURN_IF_ERROR(CheckKeys(w, n, {"name", "targets", "strategy", "policy", "failover_enabled", "shadow"}));
   ChainConfig c;
   c.managed_by = w.file;
   if (!n["name"]) return Error(w, "name is required");
@@ -302,6 +302,20 @@ absl::StatusOr<ChainConfig> ParseChain(const Where& w, const YAML::Node& n) {
   }));
   RETURN_IF_ERROR(Read(w, n, "policy", &c.policy, ParsePolicy));
   RETURN_IF_ERROR(Read(w, n, "failover_enabled", &c.failover_enabled, Bool));
+  // Each shadow policy is a whole policy, as under `policy:` (what it leaves
+  // out takes the defaults, not the chain's settings).
+  RETURN_IF_ERROR(Field(w, n, "shadow", [&](const Where& sw, const YAML::Node& list) -> absl::Status {
+    if (!list.IsSequence()) return Error(sw, absl::StrCat("must be a list of {name, policy}, got ", Show(list)));
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Where x = At(w, list[i], absl::StrCat("shadow[", i, "]"));
+      RETURN_IF_ERROR(CheckKeys(x, list[i], {"name", "policy"}));
+      ShadowPolicy& s = c.shadows.emplace_back();
+      if (!list[i]["name"]) return Error(x, "name is required");
+      ASSIGN_OR_RETURN(s.name, String(At(x, list[i]["name"], "name"), list[i]["name"]));
+      RETURN_IF_ERROR(Read(x, list[i], "policy", &s.policy, ParsePolicy));
+    }
+    return absl::OkStatus();
+  }));
   return c;
 }
 

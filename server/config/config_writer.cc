@@ -148,6 +148,16 @@ std::string WriteConfig(const std::vector<TargetConfig>& targets, const std::vec
         out << YAML::EndMap;
       }
       if (!c.failover_enabled) out << YAML::Key << "failover_enabled" << YAML::Value << false;
+      if (!c.shadows.empty()) {
+        out << YAML::Key << "shadow" << YAML::Value << YAML::BeginSeq;
+        for (const ShadowPolicy& s : c.shadows) {
+          out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << s.name;
+          out << YAML::Key << "policy" << YAML::Value << YAML::BeginMap;
+          WritePolicy(out, s.policy);
+          out << YAML::EndMap << YAML::EndMap;
+        }
+        out << YAML::EndSeq;
+      }
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;

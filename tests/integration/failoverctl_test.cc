@@ -403,6 +403,58 @@ TEST_F(FailoverctlTest, TraceListsEachCountedOutcomeOnceAndKeepsThemAcrossAResta
   EXPECT_THAT(refused.error_message(), HasSubstr("limit: at most 5000, got 6000"));
 }
 
+// A shadow policy (DESIGN 3.17) is judged on the outcomes failoverd counts:
+// one that trips on the first error reports the trip and the switch it would
+// have made, in failoverd's log and metrics, while the real chain, under a
+// policy that waits for five errors, stays where it is.
+TEST_F(FailoverctlTest, AShadowPolicyTripsInTheLogAndMetricsWhileTheRealStateStays) {
+  const bool single_node = cluster_leader_ == nullptr;
+  if (single_node) {  // the metrics port (a cluster's leader replica has none here)
+    ASSERT_EQ(proc_->Stop(SIGTERM), 0);
+    StartServer({"--metrics-listen", "127.0.0.1:0"});
+  }
+  std::ofstream(config_.path() + "/chains.yaml")
+      << "targets: [{name: a}, {name: b}]\n"
+         "chains:\n"
+         "  - name: ch\n"
+         "    targets: [a, b]\n"
+         "    policy: {trip: {errors: 5}}\n"
+         "    shadow:\n"
+         "      - name: eager\n"
+         "        policy: {trip: {errors: 1, window: 10s}}\n";
+  const CommandResult applied = Ctl({"apply", "-f", config_.path()});
+  ASSERT_EQ(applied.exit_code, 0) << applied.err;
+  EXPECT_THAT(Ctl({"get", "chain", "ch", "-o", "yaml"}).out,
+              HasSubstr("shadow:\n      - name: eager\n        policy:\n          trip:\n            window: 10s"));
+
+  const v1::PickTargetResponse plan = Pick("ch");
+  ASSERT_GT(plan.attempts_size(), 0);
+  ASSERT_EQ(plan.attempts(0).target(), "a");
+  Report(plan.decision_id(), "a", 503, "overloaded");
+
+  FailoverdProcess& judge = single_node ? *proc_ : *cluster_leader_;
+  ASSERT_TRUE(Eventually([&] { return judge.Stderr().find("shadow eager: chain ch: a -> b (trip") != std::string::npos; }))
+      << judge.Stderr();
+  EXPECT_THAT(judge.Stderr(), HasSubstr("shadow eager: target a: unknown -> down"));
+  if (single_node) {
+    const std::string scrape = HttpGet(proc_->MetricsPort(), "/metrics");
+    EXPECT_THAT(scrape, HasSubstr("failover_shadow_trips_total{chain=\"ch\",shadow=\"eager\"} 1"));
+    EXPECT_THAT(scrape, HasSubstr("failover_shadow_chain_state{chain=\"ch\",shadow=\"eager\",state=\"fallback\"} 1"));
+  }
+  // The real chain is where it was: no event, a still first.
+  EXPECT_NE(Target("a").status().health(), v1::HEALTH_STATE_DOWN);
+  EXPECT_TRUE(Switches("ch").size() == 1 && Switches("ch")[0].reason() == v1::SWITCH_REASON_INITIAL);
+  EXPECT_EQ(Pick("ch").attempts(0).target(), "a");
+
+  // The shadow list is kept with the chain.
+  ASSERT_EQ(proc_->Stop(SIGTERM), 0);
+  StartServer();
+  const v1::ChainView chain = Chain("ch");
+  ASSERT_EQ(chain.config().shadow_size(), 1);
+  EXPECT_EQ(chain.config().shadow(0).name(), "eager");
+  EXPECT_EQ(chain.config().shadow(0).policy().trip().errors(), 1u);
+}
+
 // failoverctl simulate: the trace replayed with the live policy makes the
 // trip and switch that really happened; a candidate that trips on three
 // errors makes none and keeps sending to the failing target.

@@ -3,6 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/config/config_writer.h"
 #include "server/engine/engine.h"
 
 namespace failover::config {
@@ -85,6 +86,15 @@ TEST(ConfigFileTest, ParseErrorsNameFileLineAndField) {
       // Found by the config fuzzer: yaml-cpp's LoadAll looped forever, allocating, on a line starting
       // with ','; alone, the document loads as null, which must not pass for an empty file.
       {"# comment\n, x]\n", "f.yaml:2: not valid YAML: the document does not parse as a map"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    shadow: eager\n",
+       "f.yaml:4: chains[0].shadow: must be a list of {name, policy}, got \"eager\""},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    shadow:\n      - policy: {}\n",
+       "f.yaml:5: chains[0].shadow[0]: name is required"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    shadow:\n      - name: s\n        trip: {errors: 1}\n",
+       "f.yaml:6: chains[0].shadow[0].trip: unknown field"},
+      {"chains:\n  - name: c\n    targets: [a, b]\n    shadow:\n      - name: s\n        policy:\n"
+       "          trip: {errors: many}\n",
+       "f.yaml:7: chains[0].shadow[0].policy.trip.errors: must be a whole number"},
       // Lines count from the file's start in every document.
       {"targets: [{name: a}]\n---\ntargets:\n  - name: b\n    colour: red\n", "f.yaml:5: targets[0].colour: unknown field"},
   };
@@ -93,6 +103,39 @@ TEST(ConfigFileTest, ParseErrorsNameFileLineAndField) {
     ASSERT_FALSE(loaded.ok()) << c.text;
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(c.expected)) << c.text;
   }
+}
+
+// A shadow policy is a whole policy: what it leaves out takes the defaults,
+// not the chain's settings. Written back (get -o yaml), it reads the same.
+TEST(ConfigFileTest, AShadowListReadsAsWholePoliciesAndWritesBackTheSame) {
+  const std::string text =
+      "targets: [{name: a}, {name: b}]\n"
+      "chains:\n"
+      "  - name: c\n"
+      "    targets: [a, b]\n"
+      "    policy: {trip: {errors: 1}, recovery: {min_dwell: 30s}}\n"
+      "    shadow:\n"
+      "      - name: rate20\n"
+      "        policy:\n"
+      "          trip: {failure_rate: 20, min_calls: 10, window: 30s}\n"
+      "      - name: defaults\n";
+  auto loaded = ParseConfigText(text, "f.yaml");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const ChainConfig& chain = loaded->change.chains.at(0);
+  ASSERT_EQ(chain.shadows.size(), 2u);
+  EXPECT_EQ(chain.shadows[0].name, "rate20");
+  EXPECT_EQ(chain.shadows[0].policy.trip_failure_rate, 20);
+  EXPECT_EQ(chain.shadows[0].policy.trip_errors, 0u);  // a rate alone
+  EXPECT_EQ(chain.shadows[0].policy.recovery_min_dwell, Policy().recovery_min_dwell);
+  EXPECT_EQ(chain.shadows[1].policy, Policy());
+  Engine engine;
+  ApplyOptions options;
+  options.from_files = true;
+  ASSERT_TRUE(engine.Apply(loaded->change, options, kT0).ok());
+
+  auto again = ParseConfigText(WriteConfig(loaded->change.targets, loaded->change.chains), "f.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->change.chains.at(0).shadows, chain.shadows);
 }
 
 TEST(ConfigFileTest, EngineErrorsAreLocatedInTheirFile) {

@@ -241,8 +241,8 @@ std::vector<prometheus::MetricFamily> ShadowCollector::Collect() const {
   prometheus::MetricFamily trips = family("failover_shadow_trips_total",
                                           "Targets the shadow policy would have taken out of service.",
                                           MetricType::Counter);
-  prometheus::MetricFamily recoveries = family("failover_shadow_recoveries_total",
-                                               "Targets the shadow policy would have brought back.", MetricType::Counter);
+  prometheus::MetricFamily recoveries = family(
+      "failover_shadow_recoveries_total", "Targets the shadow policy would have brought back.", MetricType::Counter);
   prometheus::MetricFamily switches = family("failover_shadow_switches_total",
                                              "Chain switches the shadow policy would have made.", MetricType::Counter);
   prometheus::MetricFamily flaps =

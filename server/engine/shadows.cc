@@ -66,9 +66,9 @@ std::vector<ShadowEvent> ShadowPolicies::Feed(const std::vector<TraceEntry>& ent
   std::vector<ShadowEvent> out;
   absl::MutexLock lock(&mu_);
   for (auto& [key, r] : runs_) {
+    const std::vector<std::string>& targets = r.setup.chain.targets;
     for (const TraceEntry& e : entries) {
-      if (std::find(r.setup.chain.targets.begin(), r.setup.chain.targets.end(), e.target) == r.setup.chain.targets.end()) continue;
-      r.run->Feed(e);
+      if (std::find(targets.begin(), targets.end(), e.target) != targets.end()) r.run->Feed(e);
     }
     r.run->AdvanceTo(now);
     Take(r, &out);

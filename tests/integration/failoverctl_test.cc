@@ -433,8 +433,8 @@ TEST_F(FailoverctlTest, AShadowPolicyTripsInTheLogAndMetricsWhileTheRealStateSta
   Report(plan.decision_id(), "a", 503, "overloaded");
 
   FailoverdProcess& judge = single_node ? *proc_ : *cluster_leader_;
-  ASSERT_TRUE(Eventually([&] { return judge.Stderr().find("shadow eager: chain ch: a -> b (trip") != std::string::npos; }))
-      << judge.Stderr();
+  auto logged = [&](const std::string& line) { return judge.Stderr().find(line) != std::string::npos; };
+  ASSERT_TRUE(Eventually([&] { return logged("shadow eager: chain ch: a -> b (trip"); })) << judge.Stderr();
   EXPECT_THAT(judge.Stderr(), HasSubstr("shadow eager: target a: unknown -> down"));
   if (single_node) {
     const std::string scrape = HttpGet(proc_->MetricsPort(), "/metrics");

@@ -117,7 +117,9 @@ std::string EventTime(const v1::Event& e) {
 
 // One line per event, as in failoverd's log: its sequence and time first.
 std::string DescribeWhat(const v1::Event& e, int64_t snapshot_chains, int64_t snapshot_targets) {
-  const std::string head = absl::StrCat(e.sequence(), "  ", EventTime(e), "  ");
+  // A shadow event has no sequence: its policy's name stands in its place.
+  const std::string head =
+      absl::StrCat(e.shadow().empty() ? absl::StrCat(e.sequence()) : "shadow " + e.shadow(), "  ", EventTime(e), "  ");
   if (e.has_chain_switched()) {
     const auto& s = e.chain_switched();
     return absl::StrCat(head, "chain ", s.chain(), ": ", s.from_target().empty() ? "(none)" : s.from_target(),
@@ -658,10 +660,11 @@ int Simulate(Ctl& ctl, const SimulateFlags& f) {
 }
 
 int Watch(Ctl& ctl, const std::vector<std::string>& chains, const std::vector<std::string>& targets,
-          int64_t max_events, int64_t after, const std::vector<std::string>& kind_names) {
+          int64_t max_events, int64_t after, const std::vector<std::string>& kind_names, bool shadow) {
   std::vector<v1::EventKind> kinds;
   if (!KindsFromFlags(kind_names, &kinds)) return kExitUsage;
   v1::WatchEventsRequest req;
+  req.set_include_shadow(shadow);
   for (const auto& c : chains) req.add_chains(c);
   for (const auto& t : targets) req.add_targets(t);
   if (after >= 0) req.set_after_sequence(static_cast<uint64_t>(after));
@@ -1002,6 +1005,9 @@ int main(int argc, char** argv) {
   watch->add_option("--max-events", max_events, "Exit after this many events (0 = never)");
   watch->add_option("--after", after, "Start after this sequence (replay) instead of a snapshot");
   watch->add_option("--kind", kinds, "Only this kind: chain (switches), target (health), config; repeatable");
+  bool watch_shadow = false;
+  watch->add_flag("--shadow", watch_shadow,
+                  "Also what the chains' shadow policies would have done, marked \"shadow NAME\" (live only)");
 
   bool status_watch = false;
   CLI::App* status = app.add_subcommand("status", "Every chain and target at a glance")
@@ -1096,7 +1102,7 @@ int main(int argc, char** argv) {
   if (*events) return Events(ctl, limit, chains, targets, since, kinds);
   if (*trace) return Trace(ctl, trace_chain, trace_since, trace_limit);
   if (*simulate) return Simulate(ctl, sim);
-  if (*watch) return Watch(ctl, chains, targets, max_events, after, kinds);
+  if (*watch) return Watch(ctl, chains, targets, max_events, after, kinds, watch_shadow);
   if (*pick) return Pick(ctl, chain, body_bytes, exclude, session);
   if (*report) {
     if (!rf.success && rf.http_status == 0 && rf.grpc_code == 0 && rf.transport.empty() && rf.message.empty() &&

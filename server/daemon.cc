@@ -433,9 +433,7 @@ void Daemon::FlushTrace() {
   // Shadow policies see what the trace records: what this replica counted.
   const absl::Time now = clock_.Now();
   shadows_->Configure(*engine_->snapshot(), now);
-  for (const ShadowEvent& s : shadows_->Feed(written, now)) {
-    log::Info(absl::StrCat("shadow ", s.shadow, ": ", api::EventLog::Describe(s.event)));
-  }
+  events_->PublishShadow(shadows_->Feed(written, now));
 }
 
 }  // namespace failover

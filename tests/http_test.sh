@@ -167,8 +167,37 @@ if ! grep -q 'snapshot' "$work/resumed" && grep -q "^id: $((last - 1))\$" "$work
 else
   echo "FAIL resume after $((last - 2)): $(head -c 400 "$work/resumed")"; failures=$((failures + 1))
 fi
+# Shadow events: only when asked for, named, and without an id (never a point to resume after).
+call "apply a shadow" 200 '"generation"' "${admin[@]}" "${json[@]}" -X POST "$base/v1/admin/apply" -d '{"targets":
+  [{"name":"sa"},{"name":"sb"}],"chains":[{"name":"sh","targets":["sa","sb"],"policy":{"trip":{"errors":5}},
+  "shadow":[{"name":"eager","policy":{"trip":{"errors":1}}}]}]}'
+curl -s -N --max-time 30 "${decide[@]}" "$base/v1/watch?chains=sh&include_shadow=true" > "$work/shadow" &
+shadow_watch=$!
+curl -s -N --max-time 30 "${decide[@]}" "$base/v1/watch?chains=sh" > "$work/plain" &
+plain_watch=$!
+for _ in $(seq 1 200); do grep -q '^event: snapshot' "$work/shadow" && grep -q '^event: snapshot' "$work/plain" && break
+  sleep 0.05; done
+call "report to the shadowed chain" 200 '"verdict"' "${decide[@]}" "${json[@]}" -X POST "$base/v1/report" \
+  -d '{"target":"sa","chain":"sh","failure":{"httpStatus":503}}'
+for _ in $(seq 1 200); do grep -q '"chainSwitched"' "$work/shadow" && break; sleep 0.05; done
+# A real event after the shadow's: the plain stream has it, so it saw everything up to there.
+call "trigger on the shadowed chain" 200 '{' "${admin[@]}" "${json[@]}" -X POST "$base/v1/admin/trigger" \
+  -d '{"target":"sb"}'
+for _ in $(seq 1 200); do grep -q '"toState":"HEALTH_STATE_MANUAL"' "$work/plain" && break; sleep 0.05; done
+kill "$shadow_watch" "$plain_watch" 2> /dev/null || true
+wait "$shadow_watch" "$plain_watch" 2> /dev/null || true
+if grep -A1 '^event: shadow$' "$work/shadow" | grep '"shadow":"eager"' | grep -q '"toTarget":"sb"' &&
+   ! grep -B1 '^event: shadow$' "$work/shadow" | grep -q '^id: ' &&
+   ! grep -q -e '^event: shadow' -e '"shadow":"eager"' "$work/plain" && grep -q 'HEALTH_STATE_MANUAL' "$work/plain"; then
+  echo "ok   watch sends shadow events only when asked, without ids"
+else
+  echo "FAIL shadow watch: $(head -c 1200 "$work/shadow") // plain: $(head -c 600 "$work/plain")"
+  failures=$((failures + 1))
+fi
+call "watch bad include_shadow" 400 'include_shadow: expected true or false, got \"maybe\"' --max-time 2 \
+  "${decide[@]}" "$base/v1/watch?include_shadow=maybe"
 call "watch without a token" 401 '"status":"UNAUTHENTICATED"' --max-time 2 "$base/v1/watch"
-call "watch bad filter" 400 'query parameter \"colour\": expected chains, targets or after' --max-time 2 \
+call "watch bad filter" 400 'query parameter \"colour\": expected chains, targets, after or include_shadow' --max-time 2 \
   "${decide[@]}" "$base/v1/watch?colour=red"
 call "watch bad Last-Event-ID" 400 'Last-Event-ID: not a sequence' --max-time 2 "${decide[@]}" \
   -H "Last-Event-ID: soon" "$base/v1/watch"

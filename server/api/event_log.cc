@@ -139,6 +139,21 @@ void EventLog::Publish(const Events& events) {
   }
 }
 
+void EventLog::PublishShadow(const std::vector<ShadowEvent>& events) {
+  if (events.empty()) return;
+  for (const ShadowEvent& s : events) log::Info(absl::StrCat("shadow ", s.shadow, ": ", Describe(s.event)));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (watchers_.empty()) return;
+  std::vector<grpc::ByteBuffer> wire(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    v1::Event proto;
+    EventToProto(events[i].event, &proto);
+    proto.set_shadow(events[i].shadow);
+    (void)SerializeMessage(proto, &wire[i]);
+  }
+  for (Watcher* w : watchers_) w->DeliverShadow(events, wire);
+}
+
 std::vector<Event> EventLog::Recent(size_t limit, const std::function<bool(const Event&)>& match) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out;

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "common/model.h"
+#include "server/engine/shadows.h"
 #include "server/log/log.h"
 
 namespace failover::api {
@@ -36,6 +37,9 @@ class EventLog {
   // (a replica started from the cluster's snapshot), every watcher is resynced,
   // since the events it would miss exist nowhere here.
   void SkipTo(uint64_t next_sequence);
+  // Logs what shadow policies would have done and hands it to the watchers
+  // that asked for it. Shadow events are unnumbered and kept nowhere.
+  void PublishShadow(const std::vector<ShadowEvent>& events);
 
   // A live subscriber. Deliver is called under the log's lock, in sequence
   // order, and must only queue (never block). `wire[i]` is `events[i]` as a
@@ -52,6 +56,12 @@ class EventLog {
     // Events were skipped (a cluster snapshot installed in their place):
     // send the whole state again. Under the log's lock: must only queue.
     virtual void Resync() {}
+    // Shadow events (PublishShadow); `wire[i]` is `events[i]` serialized,
+    // marked with its shadow's name. Under the log's lock: must only queue.
+    virtual void DeliverShadow(const std::vector<ShadowEvent>& events, const std::vector<grpc::ByteBuffer>& wire) {
+      (void)events;
+      (void)wire;
+    }
   };
   // Registers `w`; every event after the returned sequence reaches it.
   // RESOURCE_EXHAUSTED when `max_watchers` are already subscribed, UNAVAILABLE

@@ -30,7 +30,7 @@ WatchStream::WatchStream(const ServiceContext& ctx, const WatchOptions& options,
                          grpc::CallbackServerContext* call, const v1::WatchEventsRequest& request)
     : ctx_(ctx), options_(options), worker_(worker), call_(call),
       chains_(request.chains().begin(), request.chains().end()),
-      targets_(request.targets().begin(), request.targets().end()) {}
+      targets_(request.targets().begin(), request.targets().end()), include_shadow_(request.include_shadow()) {}
 
 void WatchStream::Unref() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
@@ -155,8 +155,9 @@ void WatchStream::SnapshotReady(std::shared_ptr<const SnapshotParts> parts) {
                                      absl::StrCat("failoverd is shutting down; resume after sequence ", last_sent_)));
   }
   if (!parts->status.ok()) return FinishLocked(ToGrpcStatus(parts->status));
-  // Live events the snapshot already contains are not sent again.
-  out_.DropFrontWhile([&](const Meta& m) { return m.sequence <= parts->sequence; });
+  // Live events the snapshot already contains are not sent again (nor shadow
+  // events queued among them: the side channel is best effort).
+  out_.DropFrontWhile([&](const Meta& m) { return m.shadow || m.sequence <= parts->sequence; });
   for (size_t i = parts->wire.size(); i-- > 0;) {
     Entry q;
     q.meta.sequence = parts->sequence;
@@ -181,15 +182,36 @@ void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuff
     Entry q;
     q.meta.sequence = e.sequence;
     q.wire = wire[i];  // shares the serialized slices
-    q.bytes = q.wire.Length();
-    out_.PushBack(std::move(q));
-    if (out_.size() > options_.queue_limit || out_.live_bytes() > options_.queue_bytes) {
-      // Too far behind: drop the live events; a fresh snapshot replaces them
-      // (snapshot parts already queued stay: they are the watcher's base).
-      out_.DropLive();
-      resync_ = true;
-      if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
-    }
+    QueueLiveLocked(std::move(q));
+  }
+  PumpLocked();
+}
+
+void WatchStream::QueueLiveLocked(Entry q) {
+  q.bytes = q.wire.Length();
+  out_.PushBack(std::move(q));
+  if (out_.size() > options_.queue_limit || out_.live_bytes() > options_.queue_bytes) {
+    // Too far behind: drop the live events; a fresh snapshot replaces them
+    // (snapshot parts already queued stay: they are the watcher's base).
+    out_.DropLive();
+    resync_ = true;
+    if (ctx_.metrics != nullptr) ctx_.metrics->OnWatchResync();
+  }
+}
+
+void WatchStream::DeliverShadow(const std::vector<ShadowEvent>& events, const std::vector<grpc::ByteBuffer>& wire) {
+  if (!include_shadow_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  // A watcher waiting for a fresh snapshot has lost its live events; shadow
+  // events are not worth keeping without them.
+  if (finished_ || resync_) return;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (!Matches(events[i].event)) continue;
+    Entry q;
+    q.meta.shadow = true;
+    q.meta.resumable = false;
+    q.wire = wire[i];
+    QueueLiveLocked(std::move(q));
   }
   PumpLocked();
 }

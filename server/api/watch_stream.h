@@ -53,6 +53,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   void Close() override;
   std::function<void()> StalledDrop() override;
   void Resync() override;
+  void DeliverShadow(const std::vector<ShadowEvent>& events, const std::vector<grpc::ByteBuffer>& wire) override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
@@ -61,6 +62,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   struct Meta {
     uint64_t sequence = 0;
     bool resumable = true;  // a client may resume after it (false for a snapshot part with more)
+    bool shadow = false;    // a shadow event: unnumbered, never the point to resume after
   };
   using Entry = Outbox<Meta>::Entry;
 
@@ -71,6 +73,8 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   void RequestSnapshotLocked(bool resync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SnapshotReady(std::shared_ptr<const SnapshotParts> parts);
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a live event; one too many (in events or bytes) resyncs the watcher.
+  void QueueLiveLocked(Entry q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref();
@@ -81,6 +85,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   grpc::CallbackServerContext* const call_;
   absl::flat_hash_set<std::string> chains_;
   absl::flat_hash_set<std::string> targets_;
+  const bool include_shadow_;
   // gRPC's reference (until OnDone) plus one per pending snapshot or drop.
   std::atomic<int> refs_{1};
 

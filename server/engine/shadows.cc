@@ -83,6 +83,7 @@ void ShadowPolicies::Take(Run& r, std::vector<ShadowEvent>* out) {
       r.status.state = e.to_chain_state;
       if (e.switch_reason == SwitchReason::kInitial) continue;  // where a fresh run begins, not a decision
     }
+    e.sequence = 0;  // the run's own numbering means nothing outside it
     if (out != nullptr) out->push_back(ShadowEvent{r.status.shadow, std::move(e)});
   }
   r.status.trips += r.run->TakeTrips().size();

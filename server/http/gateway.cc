@@ -105,6 +105,14 @@ grpc::Status SetFromQuery(const std::string& key, const std::string& value, pb::
         r->SetString(m, f, value);
       }
       return grpc::Status::OK;
+    case pb::FieldDescriptor::CPPTYPE_BOOL: {
+      bool v = false;
+      if (f->is_repeated() || !absl::SimpleAtob(value, &v)) {
+        return Invalid(absl::StrCat(f->name(), ": expected true or false, got ", Echo(value)));
+      }
+      r->SetBool(m, f, v);
+      return grpc::Status::OK;
+    }
     case pb::FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t v = 0;
       if (f->is_repeated() || !absl::SimpleAtoi(value, &v)) return bad_number();
@@ -222,8 +230,9 @@ bool PercentDecode(const std::string& s, std::string* out) {
 grpc::Status Gateway::WatchRequestFrom(const Request& request, const std::string& last_event_id,
                                       failover::v1::WatchEventsRequest* out) {
   for (const auto& [key, value] : request.query) {
-    if (key != "chains" && key != "targets" && key != "after") {
-      return Invalid(absl::StrCat("query parameter ", Echo(key), ": expected chains, targets or after"));
+    if (key != "chains" && key != "targets" && key != "after" && key != "include_shadow") {
+      return Invalid(
+          absl::StrCat("query parameter ", Echo(key), ": expected chains, targets, after or include_shadow"));
     }
     const grpc::Status s = SetFromQuery(key, value, out);
     if (!s.ok()) return s;
@@ -247,6 +256,9 @@ std::string Gateway::ToServerSentEvent(const failover::v1::Event& event) {
                      : event.has_config_changed() ? "config_changed"
                                                   : "event";
   std::string out;
+  // A shadow event carries no id: it is not a point to resume after, and an
+  // EventSource would otherwise resume from 0.
+  if (!event.shadow().empty()) return absl::StrCat("event: shadow\ndata: ", json, "\n\n");
   if (!(event.has_snapshot() && event.snapshot().more())) absl::StrAppend(&out, "id: ", event.sequence(), "\n");
   absl::StrAppend(&out, "event: ", kind, "\ndata: ", json, "\n\n");
   return out;

@@ -9,7 +9,8 @@
 //   - the chain filter works and the page fits a phone's width;
 //   - the instance line, time in state and next check, DEGRADED set apart from
 //     FALLBACK, no Disable offered on a target a config file declares,
-//     events with date and zone filtered by kind and name, and no token box
+//     events with date and zone filtered by kind and name, shadow events marked
+//     beside real ones, and no token box
 //     when failoverd has no tokens file; the last check's result;
 //   - in cluster mode (two replicas on a one-member etcd) the replicas, with
 //     the leader marked.
@@ -105,6 +106,7 @@ async function main() {
     fs.writeFileSync(path.join(dir, 'chains.yaml'),
         'targets:\n  - name: argus-llm\n  - name: gemma-local\n    kind: local\n  - name: openrouter\n' +
         'chains:\n  - name: assistant-llm\n    targets: [argus-llm, gemma-local]\n' +
+        '    shadow:\n      - name: eager\n        policy:\n          trip:\n            errors: 1\n' +
         '  - name: batch-llm\n    targets: [openrouter, gemma-local]\n');
     ctl(server.grpc, ADMIN, 'apply', '-f', path.join(dir, 'chains.yaml'));
 
@@ -145,6 +147,21 @@ async function main() {
           target && target.children[1].textContent === 'down' && target.children[6].textContent.includes('overloaded');
     }, {timeout: 1000});
     console.log('ok   a trip reported over gRPC shows within a second');
+
+    // The chain's shadow policy judged the same report: its events are listed
+    // beside the real ones, marked with its name, and the kind filter finds them.
+    await page.waitForFunction(() => [...document.querySelectorAll('#events li.shadow[data-shadow="eager"]')].some(
+        (li) => li.textContent.startsWith('shadow eager') && li.textContent.includes('would have: target argus-llm')),
+    {timeout: 5000}).catch(async () => fail('no shadow event: ' + await page.$eval('#events', (e) => e.textContent)));
+    const real = await page.$$eval('#events li:not(.shadow)', (items) => items.map((li) => li.textContent));
+    if (!real.some((t) => /^#\d+/.test(t) && t.includes('target argus-llm'))) fail('real trip not listed: ' + real);
+    await page.select('#event-kind', 'shadow');
+    await page.waitForFunction(() => {
+      const items = [...document.querySelectorAll('#events li')];
+      return items.length >= 2 && items.every((li) => li.dataset.kind === 'shadow');
+    }, {timeout: 2000});
+    await page.select('#event-kind', '');
+    console.log('ok   shadow events show beside real ones, marked with the shadow\'s name');
 
     // The tripped target: how long it has been down and when it is checked next.
     await page.waitForFunction(() => {

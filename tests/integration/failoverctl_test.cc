@@ -1,5 +1,6 @@
 // The real failoverctl against a real failoverd.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -427,12 +428,31 @@ TEST_F(FailoverctlTest, AShadowPolicyTripsInTheLogAndMetricsWhileTheRealStateSta
   EXPECT_THAT(Ctl({"get", "chain", "ch", "-o", "yaml"}).out,
               HasSubstr("shadow:\n      - name: eager\n        policy:\n          trip:\n            window: 10s"));
 
+  // `failoverctl watch --shadow` follows what the shadow would do, marked as
+  // such. Shadows are judged where the trace is kept: the leader, in a cluster.
+  FailoverdProcess& judge = single_node ? *proc_ : *cluster_leader_;
+  TempDir watch_dir;
+  const std::string watch_out = watch_dir.path() + "/out";
+  const pid_t watcher = SpawnProcess({FailoverctlBinary(), "--server", judge.address(), "watch", "--shadow", "--chain",
+                                      "ch", "--max-events", "3"},
+                                     watch_out, watch_dir.path() + "/err");
+  ASSERT_GT(watcher, 0);
+  auto watched = [&] {
+    std::ifstream in(watch_out);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  ASSERT_TRUE(WaitUntil(10, [&] { return watched().find("snapshot") != std::string::npos; })) << watched();
+
   const v1::PickTargetResponse plan = Pick("ch");
   ASSERT_GT(plan.attempts_size(), 0);
   ASSERT_EQ(plan.attempts(0).target(), "a");
   Report(plan.decision_id(), "a", 503, "overloaded");
+  int watch_status = -1;
+  ASSERT_TRUE(WaitUntil(20, [&] { return waitpid(watcher, &watch_status, WNOHANG) == watcher; })) << watched();
+  EXPECT_TRUE(WIFEXITED(watch_status) && WEXITSTATUS(watch_status) == 0) << watched();
+  EXPECT_THAT(watched(), ::testing::ContainsRegex("\nshadow eager  [^\n]*  target a: unknown -> down"));
+  EXPECT_THAT(watched(), ::testing::ContainsRegex("\nshadow eager  [^\n]*chain ch: a -> b \\(trip"));
 
-  FailoverdProcess& judge = single_node ? *proc_ : *cluster_leader_;
   auto logged = [&](const std::string& line) { return judge.Stderr().find(line) != std::string::npos; };
   ASSERT_TRUE(Eventually([&] { return logged("shadow eager: chain ch: a -> b (trip"); })) << judge.Stderr();
   EXPECT_THAT(judge.Stderr(), HasSubstr("shadow eager: target a: unknown -> down"));

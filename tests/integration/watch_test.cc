@@ -32,9 +32,9 @@ class WatchTest : public ApiTest {
     std::unique_ptr<grpc::ClientContext> ctx;
     std::unique_ptr<grpc::ClientReader<v1::Event>> reader;
   };
-  Watch Open(v1::WatchEventsRequest req) {
+  Watch Open(v1::WatchEventsRequest req, v1::DecisionService::Stub* stub = nullptr) {
     Watch w{Ctx(), nullptr};
-    w.reader = decide_->WatchEvents(w.ctx.get(), req);
+    w.reader = (stub != nullptr ? stub : decide_.get())->WatchEvents(w.ctx.get(), req);
     return w;
   }
   // Reads until `stop` accepts an event; returns everything read.
@@ -88,6 +88,93 @@ TEST_F(WatchTest, SnapshotFirstThenTheSwitchWithSequences) {
     }
   }
   EXPECT_TRUE(saw_target);
+}
+
+// Shadow events (DESIGN 3.17) go only to watchers that ask for them and
+// whose filter takes their chain. They carry the shadow's name and no
+// sequence, and the real events around them stay numbered one after another.
+TEST_F(WatchTest, ShadowEventsReachOnlyTheWatchersThatAskForThem) {
+  StartServer();
+  v1::ApplyRequest apply;
+  for (const char* t : {"a", "b", "c", "d"}) AddTarget(&apply, t);
+  v1::Chain* one = apply.add_chains();
+  one->set_name("one");
+  one->add_targets("a");
+  one->add_targets("b");
+  one->mutable_policy()->mutable_trip()->set_errors(3);
+  v1::ShadowPolicy* eager = one->add_shadow();
+  eager->set_name("eager");
+  eager->mutable_policy()->mutable_trip()->set_errors(1);
+  v1::Chain* two = apply.add_chains();
+  two->set_name("two");
+  two->add_targets("c");
+  two->add_targets("d");
+  ASSERT_TRUE(Apply(apply).ok());
+
+  v1::WatchEventsRequest asking;
+  asking.set_include_shadow(true);
+  v1::WatchEventsRequest asking_for_two = asking;
+  asking_for_two.add_chains("two");
+  // Shadows are judged where the trace is kept: in a cluster, the leader.
+  std::unique_ptr<v1::DecisionService::Stub> leader;
+  if (cluster_leader_ != nullptr) {
+    leader = v1::DecisionService::NewStub(
+        grpc::CreateChannel(cluster_leader_->address(), grpc::InsecureChannelCredentials()));
+  }
+  Watch shadowed = Open(asking, leader.get());
+  Watch plain = Open(v1::WatchEventsRequest(), leader.get());
+  Watch other_chain = Open(asking_for_two, leader.get());
+  for (Watch* w : {&shadowed, &plain, &other_chain}) {
+    v1::Event snapshot;
+    ASSERT_TRUE(w->reader->Read(&snapshot) && snapshot.has_snapshot());
+  }
+
+  // One error: the shadow trips a and switches; the real chain waits for three.
+  v1::PickTargetResponse plan = Pick("one");
+  Report(plan.decision_id(), "a", 500, "boom");
+  std::vector<v1::Event> seen = ReadUntil(shadowed, [](const v1::Event& e) { return e.has_chain_switched(); });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].shadow(), "eager");
+  EXPECT_EQ(seen[0].sequence(), 0u);
+  EXPECT_EQ(seen[0].target_state().target(), "a");
+  EXPECT_EQ(seen[0].target_state().to_state(), v1::HEALTH_STATE_DOWN);
+  EXPECT_EQ(seen[1].shadow(), "eager");
+  EXPECT_EQ(seen[1].sequence(), 0u);
+  EXPECT_EQ(seen[1].chain_switched().to_target(), "b");
+  EXPECT_NE(Target("a").status().health(), v1::HEALTH_STATE_DOWN);  // the real a is not tripped
+
+  // Two more errors: the real trip, numbered, after the shadow's events.
+  for (int i = 0; i < 2; ++i) Report(Pick("one").decision_id(), "a", 500, "boom");
+  // And a real trip on chain two, which the filtered watcher follows.
+  Report(Pick("two").decision_id(), "c", 500, "boom");
+  Report(Pick("two").decision_id(), "c", 500, "boom");
+  Report(Pick("two").decision_id(), "c", 500, "boom");
+  auto is_switch_of = [](const std::string& chain) {
+    return [chain](const v1::Event& e) { return e.shadow().empty() && e.chain_switched().chain() == chain; };
+  };
+  std::vector<v1::Event> real = ReadUntil(shadowed, is_switch_of("two"));
+  std::vector<v1::Event> unasked = ReadUntil(plain, is_switch_of("two"));
+  std::vector<v1::Event> filtered = ReadUntil(other_chain, is_switch_of("two"));
+  ASSERT_FALSE(real.empty());
+  ASSERT_FALSE(unasked.empty());
+  ASSERT_FALSE(filtered.empty());
+  // Every watcher got the same real events, numbered without gaps.
+  auto real_sequences = [](const std::vector<v1::Event>& events) {
+    std::vector<uint64_t> out;
+    for (const v1::Event& e : events) {
+      if (e.shadow().empty()) out.push_back(e.sequence());
+    }
+    return out;
+  };
+  const std::vector<uint64_t> numbered = real_sequences(real);
+  for (size_t i = 1; i < numbered.size(); ++i) EXPECT_EQ(numbered[i], numbered[i - 1] + 1);
+  EXPECT_EQ(real_sequences(unasked), numbered);
+  for (const v1::Event& e : unasked) EXPECT_EQ(e.shadow(), "") << e.DebugString();
+  for (const v1::Event& e : filtered) {
+    EXPECT_EQ(e.shadow(), "") << e.DebugString();  // chain one's shadow is outside its filter
+    EXPECT_TRUE(e.chain_switched().chain() == "two" || e.target_state().target() == "c") << e.DebugString();
+  }
+  EXPECT_EQ(Target("a").status().health(), v1::HEALTH_STATE_DOWN);
 }
 
 TEST_F(WatchTest, ChainFilterAlsoDeliversItsTargetsEvents) {

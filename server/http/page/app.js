@@ -2,7 +2,10 @@
 // /v1/events, then live changes from GET /v1/watch (Server-Sent Events read
 // with fetch, so the token travels as a bearer header, never a cookie). A
 // reconnect or a reload resumes after the last sequence seen, so the event
-// list has no gaps. Every string from failoverd is inserted as text.
+// list has no gaps. What the chains' shadow policies would have done comes on
+// the same stream (unnumbered, live only) and is listed beside the real events,
+// marked with the shadow's name; it never changes the state shown. Every
+// string from failoverd is inserted as text.
 'use strict';
 
 const page = {
@@ -14,7 +17,7 @@ const page = {
   parts: null,          // a snapshot arriving in parts
   filter: '',
   switches: [],         // chain switches of the last hour, oldest first (the timelines)
-  eventKind: '',        // '' or chain, target, config
+  eventKind: '',        // '' or chain, target, config, shadow
   eventName: '',
   pinChoice: new Map(),
   watch: null,          // AbortController of the running stream
@@ -146,9 +149,15 @@ function apply(event) {
   }
 }
 
+// The sequence of the newest real (numbered) event listed; 0 when none.
+function newestSequence() {
+  for (let i = page.events.length - 1; i >= 0; --i) if (!page.events[i].shadow) return Number(page.events[i].sequence);
+  return 0;
+}
+
 function addEvent(event) {
-  const sequence = Number(event.sequence);
-  if (page.events.length && sequence <= Number(page.events[page.events.length - 1].sequence)) return;
+  // A real event is listed once; shadow events have no sequence to compare.
+  if (!event.shadow && page.events.length && Number(event.sequence) <= newestSequence()) return;
   page.events.push(event);
   if (page.events.length > MAX_EVENTS) page.events.shift();
 }
@@ -294,6 +303,7 @@ function basename(file) {
 }
 
 function eventKind(event) {
+  if (event.shadow) return 'shadow';
   return event.chainSwitched ? 'chain' : event.targetState ? 'target' : event.configChanged ? 'config' : '';
 }
 
@@ -309,9 +319,15 @@ function renderEvents() {
   const name = page.eventName.trim().toLowerCase();
   const shown = page.events.filter((e) => (!page.eventKind || eventKind(e) === page.eventKind) &&
       (!name || eventNames(e).some((n) => String(n || '').toLowerCase().includes(name))));
-  const items = shown.reverse().map((e) =>
-      el('li', {'data-sequence': String(e.sequence), 'data-kind': eventKind(e)}, el('span', {class: 'seq'}, '#' + e.sequence),
-         el('time', {datetime: e.time || ''}, fullTime(e.time)), ' ', describe(e)));
+  const items = shown.reverse().map((e) => {
+    // A shadow event did not happen: its shadow's name stands where the sequence is.
+    const label = e.shadow ? el('span', {class: 'seq shadow-name'}, 'shadow ' + e.shadow) :
+                             el('span', {class: 'seq'}, '#' + e.sequence);
+    const attrs = {'data-sequence': String(e.sequence || 0), 'data-kind': eventKind(e)};
+    if (e.shadow) Object.assign(attrs, {'data-shadow': e.shadow, class: 'shadow'});
+    return el('li', attrs, label, el('time', {datetime: e.time || ''}, fullTime(e.time)), ' ',
+              e.shadow ? 'would have: ' : '', describe(e));
+  });
   $('events').replaceChildren(...items);
 }
 
@@ -426,6 +442,11 @@ function handleBlock(block) {
     say((payload.error && payload.error.message) || 'the event stream ended');
     return;
   }
+  if (kind === 'shadow') {  // beside the real events; the state shown stays as it is
+    addEvent(payload);
+    renderEvents();
+    return;
+  }
   apply(payload);
   if (id) page.lastSequence = Number(id);
   render();
@@ -435,7 +456,7 @@ function handleBlock(block) {
 async function watch() {
   const controller = new AbortController();
   page.watch = controller;
-  const url = '/v1/watch' + (page.lastSequence ? '?after=' + page.lastSequence : '');
+  const url = '/v1/watch?include_shadow=true' + (page.lastSequence ? '&after=' + page.lastSequence : '');
   try {
     const response = await fetch(url, {headers: headers(false), signal: controller.signal, cache: 'no-store',
                                        credentials: 'omit'});
@@ -491,7 +512,7 @@ async function start() {
     const switches = await api('GET', '/v1/events?limit=1000&kinds=EVENT_KIND_CHAIN_SWITCHED&since=' + hourAgo);
     page.switches = switches.events || [];
     for (const e of recent.events || []) addEvent(e);
-    if (page.events.length) page.lastSequence = Math.max(page.lastSequence, Number(page.events[page.events.length - 1].sequence));
+    page.lastSequence = Math.max(page.lastSequence, newestSequence());
     await readState();
   } catch (error) {
     if (error.status === 401 || error.status === 403) return needToken(error.message);

@@ -12,6 +12,7 @@
 #include "server/api/outcome_trace.h"
 #include "server/engine/engine.h"
 #include "server/engine/replay.h"
+#include "server/engine/shadows.h"
 #include "storage/store.h"
 #include "tests/support/failoverd_process.h"
 
@@ -228,6 +229,55 @@ void BM_ReplayHour(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(input.entries.size()));
 }
 BENCHMARK(BM_ReplayHour)->Arg(2)->Arg(100)->Unit(benchmark::kMillisecond);
+
+// Shadow policies' work on the flush thread: one second of a two-target
+// chain's trace (range(1) outcomes, one in twenty failing) fed to range(0)
+// shadows, each a rate policy, as the daemon feeds them once a second. Off
+// the request path; items = trace entries fed (each to every shadow).
+void BM_ShadowSecond(benchmark::State& state) {
+  const int shadows = static_cast<int>(state.range(0));
+  const int per_second = static_cast<int>(state.range(1));
+  Engine engine{EngineOptions{}};
+  ConfigChange config;
+  config.targets.resize(2);
+  config.targets[0].name = "noisy";
+  config.targets[1].name = "steady";
+  ChainConfig chain;
+  chain.name = "chat";
+  chain.targets = {"noisy", "steady"};
+  for (int i = 0; i < shadows; ++i) {
+    ShadowPolicy shadow;
+    shadow.name = absl::StrCat("rate", i);
+    shadow.policy.trip_errors = 0;
+    shadow.policy.trip_failure_rate = 10 + i * 5;
+    chain.shadows.push_back(shadow);
+  }
+  config.chains = {chain};
+  if (!engine.Apply(config, ApplyOptions{}, kStart).ok()) return state.SkipWithError("apply failed");
+  ShadowPolicies live;
+  live.Configure(*engine.snapshot(), kStart);
+  absl::Time now = kStart;
+  uint64_t n = 0;
+  size_t decisions = 0;
+  for (auto _ : state) {
+    std::vector<TraceEntry> second;
+    second.reserve(per_second);
+    for (int k = 0; k < per_second; ++k, ++n) {
+      TraceEntry e;
+      e.at = now + absl::Milliseconds(k * 1000 / per_second);
+      e.chain = "chat";
+      e.target = "noisy";
+      e.facts.success = n % 20 != 7;
+      if (!e.facts.success) e.facts.http_status = 503;
+      second.push_back(std::move(e));
+    }
+    now += absl::Seconds(1);
+    decisions += live.Feed(second, now).size();
+  }
+  benchmark::DoNotOptimize(decisions);
+  state.SetItemsProcessed(state.iterations() * per_second);
+}
+BENCHMARK(BM_ShadowSecond)->Args({1, 100})->Args({4, 100})->Args({4, 1000})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace failover

@@ -221,6 +221,16 @@ absl::Status AdminService::DoSimulate(const failover::v1::SimulateRequest& req,
   if (!req.has_policy()) return absl::InvalidArgumentError("policy: required (the candidate policy to replay)");
   ASSIGN_OR_RETURN(const Policy candidate, PolicyFromProto(req.policy(), "policy"));
   RETURN_IF_ERROR(ValidatePolicy(candidate, "policy"));
+  // A slot among the simulations allowed at once, held until this one answers.
+  struct Slot {
+    std::atomic<int>& running;
+    ~Slot() { running.fetch_sub(1, std::memory_order_relaxed); }
+  } slot{simulating_};
+  if (slot.running.fetch_add(1, std::memory_order_relaxed) >= kMaxConcurrentSimulations) {
+    return absl::ResourceExhaustedError(absl::StrCat(kMaxConcurrentSimulations,
+                                                     " simulations are running already; try again when one has "
+                                                     "answered"));
+  }
   ASSIGN_OR_RETURN(ReplayInput input, ReplayInputOf(ctx_, req));
   // Both columns run on this thread: a replay does the counting the live
   // engine did over the window once more, and only admins can ask.

@@ -1,6 +1,8 @@
 // gRPC adapter for failover.v1.AdminService.
 #pragma once
 
+#include <atomic>
+
 #include "failover/v1/admin.grpc.pb.h"
 #include "server/api/service_context.h"
 
@@ -91,6 +93,12 @@ class AdminService final : public AdminServiceBase {
   absl::Status ChainViewOf(const std::string& name, failover::v1::ChainView* resp);
 
   ServiceContext ctx_;
+  // Simulations running now: each holds up to 300,000 trace entries and a
+  // gRPC thread while it replays, so only a few run at once.
+  std::atomic<int> simulating_{0};
 };
+
+// Simulate calls that may run at once; one more is refused with RESOURCE_EXHAUSTED.
+inline constexpr int kMaxConcurrentSimulations = 2;
 
 }  // namespace failover::api

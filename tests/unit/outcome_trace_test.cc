@@ -2,7 +2,13 @@
 // appends to, written to a real RocksDB data dir in a temp dir.
 #include "server/api/outcome_trace.h"
 
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/utf8.h"
+#include "server/api/admin_service.h"
+#include "server/engine/engine.h"
 #include "server/api/convert.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -255,6 +261,62 @@ TEST(OutcomeTraceTest, ASimulateAnswerListsAtMostAThousandTripsAndEventsAndCount
   EXPECT_EQ(out.events_size(), 1000);
   EXPECT_EQ(out.events_left_off(), 4000u);
   EXPECT_LT(out.ByteSizeLong(), 200u * 1024);
+}
+
+// Each simulation holds its window's entries and a thread: two run at once,
+// a third is refused while they do, and a slot is free again once one answers.
+TEST(OutcomeTraceTest, AtMostTwoSimulationsRunAtOnce) {
+  Engine engine{EngineOptions{}};
+  ConfigChange config;
+  config.targets.resize(2);
+  config.targets[0].name = "openai";
+  config.targets[1].name = "anthropic";
+  ChainConfig chain;
+  chain.name = "chat";
+  chain.targets = {"openai", "anthropic"};
+  config.chains = {chain};
+  ASSERT_TRUE(engine.Apply(config, ApplyOptions{}, kT0).ok());
+  SimulatedClock clock(kT0 + absl::Minutes(10));
+  std::atomic<int> reading{0};
+  absl::Notification release;
+  ServiceContext ctx;
+  ctx.engine = &engine;
+  ctx.clock = &clock;
+  // Reads of the first two simulations wait until released.
+  ctx.read_trace = [&](absl::Time, absl::Time, absl::string_view, size_t, uint64_t)
+      -> absl::StatusOr<std::vector<TraceEntry>> {
+    if (reading.fetch_add(1) < 2) release.WaitForNotification();
+    return std::vector<TraceEntry>{Failure(kT0 + absl::Minutes(1), 0)};
+  };
+  AdminService admin(ctx);
+  v1::SimulateRequest req;
+  req.set_chain("chat");
+  req.mutable_policy()->mutable_trip()->set_errors(3);
+  absl::Status first, second;
+  std::thread one([&] {
+    v1::SimulateResponse resp;
+    first = admin.DoSimulate(req, &resp);
+  });
+  std::thread two([&] {
+    v1::SimulateResponse resp;
+    second = admin.DoSimulate(req, &resp);
+  });
+  const bool both_running = failover::testing::WaitUntil(10, [&] { return reading.load() == 2; });
+  EXPECT_TRUE(both_running);
+  v1::SimulateResponse refused;
+  const absl::Status third = admin.DoSimulate(req, &refused);
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_THAT(third.message(), ::testing::HasSubstr("2 simulations are running already"));
+  EXPECT_EQ(reading.load(), 2);  // refused before reading anything
+  release.Notify();
+  one.join();
+  two.join();
+  EXPECT_TRUE(first.ok()) << first;
+  EXPECT_TRUE(second.ok()) << second;
+  v1::SimulateResponse after;
+  const absl::Status fourth = admin.DoSimulate(req, &after);
+  ASSERT_TRUE(fourth.ok()) << fourth;
+  EXPECT_EQ(after.trace_entries(), 1u);
 }
 
 }  // namespace

@@ -422,23 +422,30 @@ bool FindInvalidUtf8(const std::string& text, int* line, int* column) {
   return true;
 }
 
-absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
-  // Every string failoverd stores and sends must be UTF-8 (proto3 strings): a
-  // Latin-1 byte in a label would make every response carrying it unreadable.
+// Every string failoverd stores and sends must be UTF-8 (proto3 strings): a
+// Latin-1 byte in a label would make every response carrying it unreadable.
+absl::Status CheckUtf8(const std::string& text, const std::string& file) {
   int bad_line = 0, bad_column = 0;
-  if (FindInvalidUtf8(text, &bad_line, &bad_column)) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", bad_line, ": column ", bad_column,
-                                                   ": not valid UTF-8 (save the file as UTF-8)"));
+  if (!FindInvalidUtf8(text, &bad_line, &bad_column)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ":", bad_line, ": column ", bad_column, ": not valid UTF-8 (save the file as UTF-8)"));
+}
+
+// One YAML document, whose first line is line `first_line` + 1 of `file`.
+absl::StatusOr<YAML::Node> LoadYaml(const std::string& text, const std::string& file, int first_line) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ":", first_line + e.mark.line + 1, ": not valid YAML: ", e.msg));
   }
+}
+
+absl::Status ParseInto(const std::string& text, const std::string& file, LoadedConfig* out) {
+  RETURN_IF_ERROR(CheckUtf8(text, file));
   bool declares = false;
   for (const Document& part : SplitDocuments(text)) {
-    YAML::Node doc;
-    try {
-      doc = YAML::Load(part.text);
-    } catch (const YAML::ParserException& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ":", part.first_line + e.mark.line + 1, ": not valid YAML: ", e.msg));
-    }
+    ASSIGN_OR_RETURN(YAML::Node doc, LoadYaml(part.text, file, part.first_line));
     if (!doc || doc.IsNull()) {
       // yaml-cpp gives up on some malformed documents by returning null; a
       // document with content must not be taken as empty (that would delete
@@ -496,17 +503,8 @@ std::vector<std::string> ConfigFiles(const std::string& path, absl::Status* erro
 }  // namespace
 
 absl::StatusOr<Policy> ParsePolicyText(const std::string& text, const std::string& file, const Policy& base) {
-  int bad_line = 0, bad_column = 0;
-  if (FindInvalidUtf8(text, &bad_line, &bad_column)) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", bad_line, ": column ", bad_column,
-                                                   ": not valid UTF-8 (save the file as UTF-8)"));
-  }
-  YAML::Node doc;
-  try {
-    doc = YAML::Load(text);
-  } catch (const YAML::ParserException& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
-  }
+  RETURN_IF_ERROR(CheckUtf8(text, file));
+  ASSIGN_OR_RETURN(const YAML::Node doc, LoadYaml(text, file, 0));
   ExpansionBudget budget;
   if (!doc || !doc.IsMap() || !WithinBudget(doc, &budget)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -137,6 +137,29 @@ TEST(OutcomeTraceTest, AFloodKeepsTheNewestEntriesOnDiskAndBoundsWhatWaits) {
   EXPECT_EQ(kept.back().facts.message, "overloaded 99");  // the first hundred were kept
 }
 
+// The bytes bound: however long the messages a flood carries, what is kept is
+// at most `keep` entries of at most kTraceMessageBytes of text each.
+TEST(OutcomeTraceTest, AFloodOfLongMessagesKeepsAtMostKeepEntriesOfCutText) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(50, absl::Hours(24));
+  for (int second = 0; second < 5; ++second) {
+    for (int i = 0; i < 200; ++i) {
+      TraceEntry e = Failure(kT0 + absl::Seconds(second), i);
+      e.facts.message = std::string(64 * 1024, 'm');
+      e.facts.error_code = std::string(64 * 1024, 'c');
+      trace.Add(e);
+    }
+    ASSERT_TRUE(trace.Flush(store.get(), kT0 + absl::Seconds(second)).ok());
+  }
+  const std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 50u);
+  size_t text = 0;
+  for (const TraceEntry& e : kept) text += e.facts.message.size() + e.facts.error_code.size();
+  EXPECT_LE(text, 50u * 2 * kTraceMessageBytes);
+  EXPECT_GT(text, 0u);
+}
+
 TEST(OutcomeTraceTest, EntriesOlderThanTheMaxAgeGo) {
   TempDir dir;
   auto store = OpenOk(dir.path());

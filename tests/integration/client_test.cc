@@ -311,7 +311,13 @@ TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
     o.ok = true;
     return o;
   };
-  ASSERT_FALSE((*client)->Run("ch", ok).fail_static);
+  // A plan from failoverd first: the one fail-static serves from. The first
+  // call (connecting, on a sanitizer build) may overrun the 300 ms budget, and
+  // such a request fails without a plan, which is not what is tested here.
+  ASSERT_TRUE(Eventually([&] {
+    const client::LoopResult r = (*client)->Run("ch", ok);
+    return r.ok && !r.fail_static;
+  }));
 
   ASSERT_EQ(::kill(proc.pid(), SIGSTOP), 0);
   ASSERT_TRUE(Eventually([&] { return ProcessState(proc.pid()) == 'T'; }));  // the stop is asynchronous
@@ -319,7 +325,7 @@ TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
   const auto first_start = std::chrono::steady_clock::now();
   client::LoopResult first = (*client)->Run("ch", ok);
   EXPECT_LT(std::chrono::steady_clock::now() - first_start, std::chrono::seconds(20));
-  EXPECT_TRUE(first.ok);
+  EXPECT_TRUE(first.ok) << first.error;
   EXPECT_TRUE(first.fail_static);
   // Traffic for several times the backoff (after which failoverd is asked
   // again): no request waits for the deadline, however long failoverd hangs.
@@ -330,7 +336,7 @@ TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
     const auto t0 = std::chrono::steady_clock::now();
     client::LoopResult r = (*client)->Run("ch", ok);
     slowest = std::max(slowest, std::chrono::steady_clock::now() - t0);
-    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.ok) << r.error;
     EXPECT_TRUE(r.fail_static);
     ++requests;
   }

@@ -291,6 +291,10 @@ absl::Status Daemon::Start() {
   };
   context.auth = auth_.get();
   context.leader = replica_.get();
+  // Enough for every admin caller a deployment has at once; beyond the queue
+  // a change is refused (RESOURCE_EXHAUSTED) rather than held without bound.
+  blocking_ = std::make_unique<api::BlockingCalls>(16, 10000);
+  context.blocking = blocking_.get();
   context.started = clock_.Now();
   context.version = FAILOVERD_VERSION;
   api::WatchOptions watch;

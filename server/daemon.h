@@ -37,6 +37,7 @@ class Store;
 namespace api {
 class AdminService;
 class Authorizer;
+class BlockingCalls;
 class DecisionService;
 class EventLog;
 class ChangeFeed;
@@ -96,6 +97,9 @@ class Daemon {
   std::unique_ptr<Ticker> ticker_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<api::Authorizer> auth_;
+  // Admin writes and calls passed to the leader; outlives server_, whose
+  // drain waits for what it runs.
+  std::unique_ptr<api::BlockingCalls> blocking_;
   std::unique_ptr<api::DecisionService> decision_service_;
   std::unique_ptr<api::AdminService> admin_service_;
   std::unique_ptr<api::HealthService> health_service_;

@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "server/api/auth.h"
+#include "server/api/blocking_calls.h"
 #include "server/api/event_log.h"
 #include "server/api/leader_link.h"
 #include "server/api/metrics.h"
@@ -39,6 +40,9 @@ struct ServiceContext {
   const Authorizer* auth = nullptr;  // null: every call is allowed
   // Cluster mode: the way to the leader; null on a single node.
   LeaderLink* leader = nullptr;
+  // Where calls that wait (changes, calls passed to the leader) run; null:
+  // on gRPC's callback thread.
+  BlockingCalls* blocking = nullptr;
   absl::Time started;
   std::string version;
 

@@ -83,7 +83,7 @@ void NoteLogIndex(const ServiceContext& context, grpc::CallbackServerContext* ca
 
 bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& method,
                    grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                   grpc::ServerUnaryReactor** reactor) {
+                   grpc::Status* answer) {
   if (context.leader == nullptr || context.leader->IsLeader()) return false;
   const auto started = std::chrono::steady_clock::now();
   grpc::Status status;
@@ -104,8 +104,7 @@ bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& 
     context.metrics->OnRpc(method.substr(method.rfind('/') + 1), static_cast<int>(status.error_code()),
                            absl::FromChrono(std::chrono::steady_clock::now() - started));
   }
-  *reactor = call->DefaultReactor();
-  (*reactor)->Finish(status);
+  *answer = status;
   return true;
 }
 

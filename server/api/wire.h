@@ -46,11 +46,11 @@ const std::string& MethodPathOf() {
   return path;
 }
 
-// On a follower, sends the call to the leader and answers with its answer.
-// False when this replica serves the call itself.
+// On a follower, sends the call to the leader and sets `status` to its
+// answer. False when this replica serves the call itself.
 bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& method,
                    grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                   grpc::ServerUnaryReactor** reactor);
+                   grpc::Status* status);
 
 // On the leader, answering a call a follower passed on: tells it the log
 // entry that holds what the call changed, so it answers only once it has
@@ -58,38 +58,53 @@ bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& 
 void NoteLogIndex(const ServiceContext& context, grpc::CallbackServerContext* call);
 
 // The shape of every unary handler: authorize, parse, run `handler` on the
-// typed request, serialize, finish.
+// typed request, serialize, finish. A kLeader call (it waits for its change
+// to be saved, or for the leader) runs on context.blocking, not on gRPC's
+// callback threads.
 template <class Service, class Request, class Response>
 grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, grpc::CallbackServerContext* call,
                                      const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Service* service,
                                      absl::Status (Service::*handler)(const Request&, Response*),
                                      Route route = Route::kHere) {
-  grpc::ServerUnaryReactor* forwarded = nullptr;
-  if (route == Route::kLeader && ServeAtLeader(context, role, MethodPathOf<Request>(), call, in, out, &forwarded)) {
-    return forwarded;
-  }
-  const auto started = std::chrono::steady_clock::now();
-  Request request;
-  Response response;
-  absl::Status status = context.Authorize(*call, role);
-  if (status.ok()) status = ParseRequest(*in, &request);
-  if (status.ok()) {
-    const CallerScope caller(role == Role::kAdmin ? CallerOf(*call, context.auth) : std::string());
-    status = (service->*handler)(request, &response);
-  }
-  if (status.ok()) status = SerializeMessage(response, out);
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
-  if (context.metrics != nullptr) {
-    // "PinChainRequest" -> "PinChain": every request type is its method's name + "Request".
-    static const std::string method = [] {
-      std::string name = Request::descriptor()->name();
-      return name.substr(0, name.size() - std::string("Request").size());
-    }();
-    context.metrics->OnRpc(method, static_cast<int>(status.code()), absl::FromChrono(std::chrono::steady_clock::now() - started));
+  auto serve = [&context, role, call, in, out, service, handler, route, reactor] {
+    grpc::Status forwarded;
+    if (route == Route::kLeader && ServeAtLeader(context, role, MethodPathOf<Request>(), call, in, out, &forwarded)) {
+      reactor->Finish(forwarded);
+      return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    Request request;
+    Response response;
+    absl::Status status = context.Authorize(*call, role);
+    if (status.ok()) status = ParseRequest(*in, &request);
+    if (status.ok()) {
+      const CallerScope caller(role == Role::kAdmin ? CallerOf(*call, context.auth) : std::string());
+      status = (service->*handler)(request, &response);
+    }
+    if (status.ok()) status = SerializeMessage(response, out);
+    if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
+    if (context.metrics != nullptr) {
+      // "PinChainRequest" -> "PinChain": every request type is its method's name + "Request".
+      static const std::string method = [] {
+        std::string name = Request::descriptor()->name();
+        return name.substr(0, name.size() - std::string("Request").size());
+      }();
+      context.metrics->OnRpc(method, static_cast<int>(status.code()),
+                             absl::FromChrono(std::chrono::steady_clock::now() - started));
+    }
+    if (route == Route::kLeader && context.leader != nullptr) NoteLogIndex(context, call);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  if (route == Route::kLeader && context.blocking != nullptr) {
+    if (!context.blocking->Submit(serve)) {
+      call->AddTrailingMetadata(kAnsweredTrailer, "1");
+      reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                   "too many changes in flight on this replica; try again"));
+    }
+    return reactor;
   }
-  if (route == Route::kLeader && context.leader != nullptr) NoteLogIndex(context, call);
-  reactor->Finish(ToGrpcStatus(status));
+  serve();
   return reactor;
 }
 

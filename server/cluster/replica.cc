@@ -798,6 +798,12 @@ grpc::Status Replica::Forward(const std::string& method, const grpc::ServerConte
   }
   std::string address;
   std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
+  if (address == advertise_) {
+    // The leader key still names this replica, which has just stepped down
+    // (or not yet taken up its term): a call to itself would only be refused.
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this replica is not the cluster's leader (leadership is moving); try again");
+  }
   if (!channel) {
     std::lock_guard<std::mutex> lock(mu_);
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,

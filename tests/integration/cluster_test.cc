@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <fstream>
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -290,6 +293,25 @@ class ClusterTest : public ::testing::Test {
     }
     return out;
   }
+
+  // The log entries a call to etcd writes (0: none; it is not a log write).
+  size_t LogPuts(const std::string& method, const google::protobuf::Message& request) const {
+    if (method != "Txn") return 0;
+    size_t puts = 0;
+    for (const auto& op : static_cast<const etcdserverpb::TxnRequest&>(request).success()) {
+      if (op.has_request_put() && op.request_put().key().rfind(prefix_ + "/log/", 0) == 0) ++puts;
+    }
+    return puts;
+  }
+  // Stops every replica, then starts replica 0 alone, reaching etcd through
+  // `proxy` (on the first member), and waits until it leads.
+  void LeadAloneThrough(EtcdProxy* proxy, const std::vector<std::string>& extra = {}) {
+    for (int i = 0; i < kReplicas; ++i) proc(i).Stop(SIGTERM);
+    ASSERT_TRUE(proxy->Start());
+    ASSERT_NO_FATAL_FAILURE(StartReplica(0, extra, "", proxy->address()));
+    ASSERT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_LEADER; }));
+  }
+  std::string FirstMember() const { return etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')); }
 
   static EtcdCluster* etcd_;
   std::string prefix_;
@@ -783,6 +805,57 @@ TEST_F(ClusterTest, ADeposedLeaderWritesNoSnapshotPart) {
   for (const auto& kv : found.kvs()) {
     EXPECT_LT(kv.mod_revision(), deposed_at) << "written after the leader was deposed: " << kv.key();
   }
+}
+
+// Changes waiting for etcd hold no thread that decisions need: with a log
+// write stuck and admin calls queued behind it, PickTarget still answers at
+// once. (Admin calls waited on gRPC's few callback threads, two on a
+// two-core machine, so two of them stalled every decision.)
+TEST_F(ClusterTest, DecisionsGoOnWhileChangesWaitForEtcd) {
+  EtcdProxy proxy(FirstMember());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool armed = false;
+  bool holding = false;
+  bool released = false;
+  proxy.SetHook([&](const std::string& method, const google::protobuf::Message& request) {
+    const bool writes_log = LogPuts(method, request) > 0;
+    std::unique_lock<std::mutex> lock(mu);
+    if (!armed || !writes_log || released) return EtcdProxy::Fault::kNone;
+    // Held below etcd's call timeout (2 s), so the write itself goes through.
+    holding = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::milliseconds(1500), [&] { return released; });
+    holding = false;
+    return EtcdProxy::Fault::kNone;
+  });
+  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy));
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = true;
+  }
+  std::vector<std::thread> admins;
+  for (int i = 0; i < 4; ++i) admins.emplace_back([&] { (void)Pin(0, "b"); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return holding; }));
+  }
+  v1::PickTargetRequest req;
+  req.set_chain("ch");
+  v1::PickTargetResponse plan;
+  const grpc::Status picked = Decide(0)->PickTarget(Ctx().get(), req, &plan);
+  bool answered_while_held = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    answered_while_held = holding;
+    released = true;
+    cv.notify_all();
+  }
+  for (std::thread& t : admins) t.join();
+  EXPECT_TRUE(picked.ok()) << picked.error_message();
+  EXPECT_TRUE(answered_while_held) << "PickTarget waited for the stuck write";
+  EXPECT_TRUE(Within(5, [&] { return Pinned(0) == "b"; }));
 }
 
 // Not a byte of garbage in an entry every replica applied long ago: a

@@ -108,6 +108,7 @@ static absl::StatusOr<std::unique_ptr<cluster::Replica>> MakeReplica(const Flags
   }
   options.prefix = flags.etcd_prefix;
   options.log_keep = flags.etcd_log_keep;
+  options.max_request_bytes = flags.etcd_max_request_bytes;
   options.lease = absl::Seconds(static_cast<int64_t>(flags.leader_lease_seconds));
   options.peer_ca = flags.peer_ca.empty() ? flags.tls_client_ca : flags.peer_ca;
   if (!flags.tokens_file.empty() && flags.tls_cert.empty() && !flags.peer_plaintext) {

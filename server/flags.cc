@@ -160,6 +160,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
                  "the state and deletes older entries (a replica further behind starts from the snapshot)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--etcd-max-request-bytes", flags->etcd_max_request_bytes,
+                 "Cluster mode: etcd's --max-request-bytes; failoverd keeps every write to etcd below it (log "
+                 "entries in groups of up to two thirds of it, snapshot parts of a third)")
+      ->check(CLI::Range(size_t{4096}, size_t{1} << 30))
+      ->capture_default_str();
   app.add_option("--etcd-ca", flags->etcd_ca, "Cluster mode: CA (PEM) of etcd's server certificates; enables TLS");
   app.add_option("--etcd-cert", flags->etcd_cert, "Cluster mode: client certificate (PEM) for etcd");
   app.add_option("--etcd-key", flags->etcd_key, "Cluster mode: client key (PEM) for etcd");

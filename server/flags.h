@@ -46,6 +46,7 @@ struct Flags {
   std::string advertise_address;  // empty: the listen address
   double leader_lease_seconds = 5;
   uint64_t etcd_log_keep = 10000;
+  size_t etcd_max_request_bytes = 1536 << 10;  // etcd's own default
   std::string etcd_ca;
   std::string etcd_cert;
   std::string etcd_key;

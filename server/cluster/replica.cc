@@ -28,7 +28,6 @@ constexpr size_t kRelayBatch = 1000;
 constexpr size_t kRelayMinBatch = 16;
 // The log index of a Change made while this replica was not the leader.
 constexpr uint64_t kNotInTheLog = std::numeric_limits<uint64_t>::max();
-constexpr size_t kTxnBytes = 1 << 20;  // below etcd's default --max-request-bytes (1.5 MiB)
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
 
@@ -124,7 +123,8 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
       return saved;
     };
     // One fenced transaction per group of entries under etcd's request limit
-    // (1.5 MiB by default); a single larger entry goes alone and etcd judges it.
+    // (keys and framing have a third to spare); a single larger entry goes
+    // alone and etcd judges it.
     size_t next = 0;
     while (next < fresh.size()) {
       etcdpb::TxnRequest txn;
@@ -133,7 +133,7 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
       const size_t first = next;
       while (next < fresh.size()) {
         std::string entry = EncodeEntry(*fresh[next], term);
-        if (next > first && bytes + entry.size() > kTxnBytes) break;
+        if (next > first && bytes + entry.size() > options_.max_request_bytes / 3 * 2) break;
         bytes += entry.size();
         etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
         put->set_key(keys_.Log(fresh[next]->log_index));
@@ -512,7 +512,7 @@ void Replica::Compact() {
   const uint64_t at = state.log_index;
   if (at < snapshot_index_.load() + options_.log_keep) return;
   const int64_t term = term_.load();
-  const std::vector<failover::v1::FollowedState> parts = api::StateToProto(state, 512 << 10);
+  const std::vector<failover::v1::FollowedState> parts = api::StateToProto(state, options_.max_request_bytes / 3);
   // Fenced like every leader write, each part on its own (one transaction
   // would exceed etcd's request limit): a deposed leader writes none, so it
   // never overwrites what the next leader wrote at the same index.

@@ -60,6 +60,9 @@ struct ReplicaOptions {
   // Log entries kept in etcd: every this many the leader writes a snapshot
   // and deletes the entries before the last this many (0: keep every entry).
   uint64_t log_keep = 10000;
+  // etcd's --max-request-bytes: log entries go in transactions of up to two
+  // thirds of it (a single larger entry alone), snapshot parts of a third.
+  size_t max_request_bytes = 1536 << 10;
   // Outcomes waiting for the leader beyond this are dropped, oldest first.
   size_t relay_limit = 100000;
   // What this replica's card under <prefix>/replicas/ says it runs.

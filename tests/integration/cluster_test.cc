@@ -807,6 +807,143 @@ TEST_F(ClusterTest, ADeposedLeaderWritesNoSnapshotPart) {
   }
 }
 
+// A write of many Changes reaches etcd in several fenced transactions, each
+// under etcd's request limit (--etcd-max-request-bytes, small here). When a
+// later one fails, the earlier ones are in the log all the same: their callers
+// hear OK and the state keeps them; the rest hear UNAVAILABLE and are made
+// nowhere. (Reporting the whole write dropped would deny changes that stand.)
+TEST_F(ClusterTest, AWriteSplitOverTransactionsAnswersEachCallerByWhatReachedEtcd) {
+  EtcdProxy proxy(FirstMember());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool armed = false;
+  bool released = false;
+  int log_txns = 0;  // since armed
+  size_t passed_entries = 0;  // in the transaction just before the refused one
+  size_t refused_entries = 0;
+  proxy.SetHook([&](const std::string& method, const google::protobuf::Message& request) {
+    const size_t entries = LogPuts(method, request);
+    std::unique_lock<std::mutex> lock(mu);
+    if (!armed || entries == 0) return EtcdProxy::Fault::kNone;
+    switch (++log_txns) {
+      case 1:  // the first pin's write waits while the others queue behind it
+        cv.notify_all();
+        cv.wait_for(lock, std::chrono::milliseconds(1200), [&] { return released; });
+        return EtcdProxy::Fault::kNone;
+      case 2:  // the first group of the next write goes through
+        passed_entries = entries;
+        return EtcdProxy::Fault::kNone;
+      case 3:  // and the second is refused
+        refused_entries = entries;
+        cv.notify_all();
+        return EtcdProxy::Fault::kRefuse;
+      default:
+        return EtcdProxy::Fault::kNone;
+    }
+  });
+  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy, {"--etcd-max-request-bytes", "4096"}));
+  // Long names make large entries: a transaction holds only a few.
+  constexpr int kChains = 40;
+  auto chain_name = [](int c) { return "ch" + std::to_string(c) + "-" + std::string(100, 'x'); };
+  const std::string a = "a-" + std::string(120, 'y');
+  const std::string b = "b-" + std::string(120, 'z');
+  v1::ApplyRequest config;
+  config.add_targets()->set_name(a);
+  config.add_targets()->set_name(b);
+  for (int c = 0; c < kChains; ++c) {
+    v1::Chain* chain = config.add_chains();
+    chain->set_name(chain_name(c));
+    chain->add_targets(a);
+    chain->add_targets(b);
+  }
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), config).ok());
+  auto pin = [&](int c) {
+    v1::PinChainRequest req;
+    req.set_chain(chain_name(c));
+    req.set_target(b);
+    v1::ChainView view;
+    return Admin(0)->PinChain(Ctx(10).get(), req, &view);
+  };
+  auto pinned = [&](int c) {
+    v1::GetChainRequest req;
+    req.set_name(chain_name(c));
+    v1::ChainView view;
+    if (!Admin(0)->GetChain(Ctx(2).get(), req, &view).ok()) return std::string("?");
+    return view.status().pinned_target();
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = true;
+  }
+  std::vector<grpc::Status> answers(kChains);
+  std::vector<std::thread> callers;
+  callers.emplace_back([&] { answers[0] = pin(0); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return log_txns >= 1; }));
+  }
+  for (int c = 1; c < kChains; ++c) callers.emplace_back([&, c] { answers[c] = pin(c); });
+  // The pins are made in memory and wait for the write behind the held one
+  // (all of them, unless the hold ends first).
+  size_t made = 0;
+  Within(1, [&] {
+    made = 0;
+    for (int c = 1; c < kChains; ++c) made += pinned(c) == b ? 1 : 0;
+    return made == kChains - 1;
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+    cv.notify_all();
+  }
+  for (std::thread& t : callers) t.join();
+  std::set<int> acknowledged;
+  for (int c = 1; c < kChains; ++c) {
+    if (answers[c].ok()) {
+      acknowledged.insert(c);
+    } else {
+      EXPECT_EQ(answers[c].error_code(), grpc::StatusCode::UNAVAILABLE) << "ch" << c << ": " << answers[c].error_message();
+    }
+  }
+  EXPECT_TRUE(answers[0].ok()) << answers[0].error_message();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    // The next write takes every change queued, so when its first
+    // transaction holds fewer the refused one is its second.
+    ASSERT_GE(log_txns, 3);
+    ASSERT_GT(made, passed_entries) << "the write was not split";
+    EXPECT_GT(passed_entries, 0u);
+    EXPECT_GT(refused_entries, 0u);
+    // The callers acknowledged are exactly those whose entries went through.
+    EXPECT_EQ(acknowledged.size(), passed_entries);
+  }
+  EXPECT_LT(acknowledged.size(), static_cast<size_t>(kChains - 1)) << "nothing was refused";
+  // The leader stepped down and leads again from the log: what was
+  // acknowledged stands, the rest was made nowhere; and a replica that reads
+  // the log afresh agrees.
+  auto differences = [&](int replica) {
+    std::string out;
+    for (int c = 1; c < kChains; ++c) {
+      const std::string want = acknowledged.count(c) != 0 ? b : "";
+      v1::GetChainRequest req;
+      req.set_name(chain_name(c));
+      v1::ChainView view;
+      const grpc::Status s = Admin(replica)->GetChain(Ctx(2).get(), req, &view);
+      if (!s.ok() || view.status().pinned_target() != want) {
+        absl::StrAppend(&out, " ch", c, s.ok() ? (view.status().pinned_target().empty() ? " unpinned" : " pinned")
+                                                   : " " + s.error_message(),
+                        want.empty() ? " (want unpinned)" : " (want pinned)");
+      }
+    }
+    return out;
+  };
+  std::string wrong;
+  ASSERT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_LEADER; }));
+  EXPECT_TRUE(Within(10, [&] { return (wrong = differences(0)).empty(); })) << wrong;
+  ASSERT_NO_FATAL_FAILURE(StartReplica(1));
+  EXPECT_TRUE(Within(10, [&] { return (wrong = differences(1)).empty(); })) << "a fresh replica:" << wrong;
+}
+
 // Changes waiting for etcd hold no thread that decisions need: with a log
 // write stuck and admin calls queued behind it, PickTarget still answers at
 // once. (Admin calls waited on gRPC's few callback threads, two on a

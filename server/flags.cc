@@ -163,7 +163,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags* flags) {
   app.add_option("--etcd-max-request-bytes", flags->etcd_max_request_bytes,
                  "Cluster mode: etcd's --max-request-bytes; failoverd keeps every write to etcd below it (log "
                  "entries in groups of up to two thirds of it, snapshot parts of a third)")
-      ->check(CLI::Range(size_t{4096}, size_t{1} << 30))
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
       ->capture_default_str();
   app.add_option("--etcd-ca", flags->etcd_ca, "Cluster mode: CA (PEM) of etcd's server certificates; enables TLS");
   app.add_option("--etcd-cert", flags->etcd_cert, "Cluster mode: client certificate (PEM) for etcd");

@@ -808,7 +808,8 @@ TEST_F(ClusterTest, ADeposedLeaderWritesNoSnapshotPart) {
 }
 
 // A write of many Changes reaches etcd in several fenced transactions, each
-// under etcd's request limit (--etcd-max-request-bytes, small here). When a
+// under etcd's request limit (--etcd-max-request-bytes, here so small that
+// each entry goes alone). When a
 // later one fails, the earlier ones are in the log all the same: their callers
 // hear OK and the state keeps them; the rest hear UNAVAILABLE and are made
 // nowhere. (Reporting the whole write dropped would deny changes that stand.)
@@ -841,8 +842,9 @@ TEST_F(ClusterTest, AWriteSplitOverTransactionsAnswersEachCallerByWhatReachedEtc
         return EtcdProxy::Fault::kNone;
     }
   });
-  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy, {"--etcd-max-request-bytes", "4096"}));
-  // Long names make large entries: a transaction holds only a few.
+  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy, {"--etcd-max-request-bytes", "1024"}));
+  // Long names make each entry larger than a transaction takes (two thirds
+  // of 1 KiB): the entries of a write go one by one.
   constexpr int kChains = 40;
   auto chain_name = [](int c) { return "ch" + std::to_string(c) + "-" + std::string(100, 'x'); };
   const std::string a = "a-" + std::string(120, 'y');
@@ -857,12 +859,20 @@ TEST_F(ClusterTest, AWriteSplitOverTransactionsAnswersEachCallerByWhatReachedEtc
     chain->add_targets(b);
   }
   ASSERT_TRUE(ApplyConfig(Admin(0).get(), config).ok());
+  // Each caller on a channel of its own, connected before the write is held.
+  std::vector<std::unique_ptr<v1::AdminService::Stub>> stubs;
+  for (int c = 0; c < kChains; ++c) {
+    stubs.push_back(Admin(0));
+    v1::GetStatusRequest status;
+    v1::StatusResponse got;
+    ASSERT_TRUE(stubs.back()->GetStatus(Ctx().get(), status, &got).ok());
+  }
   auto pin = [&](int c) {
     v1::PinChainRequest req;
     req.set_chain(chain_name(c));
     req.set_target(b);
     v1::ChainView view;
-    return Admin(0)->PinChain(Ctx(10).get(), req, &view);
+    return stubs[static_cast<size_t>(c)]->PinChain(Ctx(10).get(), req, &view);
   };
   auto pinned = [&](int c) {
     v1::GetChainRequest req;

@@ -1005,6 +1005,236 @@ TEST_F(ClusterTest, DecisionsGoOnWhileChangesWaitForEtcd) {
   EXPECT_TRUE(Within(5, [&] { return Pinned(0) == "b"; }));
 }
 
+// A history check in Jepsen's manner, kept lean for CI: three replicas under
+// admin writes and failure reports, at replicas picked at random, while the
+// leader is killed (and restarted) and paused past its lease. Afterwards:
+// each chain's pin is what its last acknowledged write set (or a later write
+// whose answer was lost), every replica agrees with the leader, and a watcher
+// that resumed on whichever replica was up saw one numbered history without a
+// gap or a repeat.
+TEST_F(ClusterTest, UnderKillsAndPausesAcknowledgedWritesStayAndTheHistoryIsOne) {
+  constexpr int kChains = 6;
+  v1::ApplyRequest config = Config(3);
+  const v1::Chain shape = config.chains(0);
+  config.clear_chains();
+  for (int c = 0; c < kChains; ++c) {
+    v1::Chain* chain = config.add_chains();
+    *chain = shape;
+    chain->set_name("k" + std::to_string(c));
+  }
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
+
+  std::mutex mu;
+  std::set<int> away;  // replicas killed or paused: callers go elsewhere
+  std::atomic<bool> stop{false};  // the load
+  std::atomic<bool> watched{false};  // the watcher
+  std::atomic<int> acknowledged{0};
+  auto any_replica = [&](std::mt19937& rng) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> up;
+    for (int i = 0; i < kReplicas; ++i) {
+      if (away.count(i) == 0) up.push_back(i);
+    }
+    return up[rng() % up.size()];
+  };
+
+  // Writers: one per chain, so each chain's writes are ordered.
+  struct Write {
+    std::string target;  // "" unpins
+    grpc::StatusCode code;
+  };
+  std::vector<std::vector<Write>> writes(kChains);
+  std::vector<std::thread> load;
+  for (int c = 0; c < kChains; ++c) {
+    load.emplace_back([&, c] {
+      std::mt19937 rng(static_cast<uint32_t>(c + 1));
+      const std::string chain = "k" + std::to_string(c);
+      while (!stop.load()) {
+        const std::string target = std::vector<std::string>{"a", "b", ""}[rng() % 3];
+        const int at = any_replica(rng);
+        v1::ChainView view;
+        grpc::Status s;
+        if (target.empty()) {
+          v1::UnpinChainRequest req;
+          req.set_chain(chain);
+          s = Admin(at)->UnpinChain(Ctx(3).get(), req, &view);
+        } else {
+          v1::PinChainRequest req;
+          req.set_chain(chain);
+          req.set_target(target);
+          s = Admin(at)->PinChain(Ctx(3).get(), req, &view);
+        }
+        writes[static_cast<size_t>(c)].push_back({target, s.error_code()});
+        if (s.ok()) {
+          ++acknowledged;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a caller's backoff
+        }
+      }
+    });
+  }
+  // A reporter: failures of both targets, so trips and recoveries interleave with the writes.
+  load.emplace_back([&] {
+    std::mt19937 rng(99);
+    while (!stop.load()) {
+      const int at = any_replica(rng);
+      v1::PickTargetRequest pick;
+      pick.set_chain("k" + std::to_string(rng() % kChains));
+      v1::PickTargetResponse plan;
+      if (!Decide(at)->PickTarget(Ctx(2).get(), pick, &plan).ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      v1::ReportOutcomeRequest report;
+      report.set_decision_id(plan.decision_id());
+      report.set_target(rng() % 2 == 0 ? "a" : "b");
+      report.mutable_failure()->set_http_status(503);
+      v1::ReportOutcomeResponse verdict;
+      (void)Decide(at)->ReportOutcome(Ctx(2).get(), report, &verdict);
+    }
+  });
+  // A watcher that resumes after each drop on any replica up.
+  uint64_t last = 0;
+  int resyncs = 0;
+  std::vector<std::string> breaks;
+  std::shared_ptr<grpc::ClientContext> watching;
+  std::thread watcher([&] {
+    std::mt19937 rng(7);
+    while (!watched.load()) {
+      const int at = any_replica(rng);
+      auto ctx = std::make_shared<grpc::ClientContext>();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (watched.load()) break;
+        watching = ctx;
+      }
+      v1::WatchEventsRequest req;
+      if (last > 0) req.set_after_sequence(last);
+      auto stream = Decide(at)->WatchEvents(ctx.get(), req);
+      v1::Event event;
+      while (stream->Read(&event)) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (event.has_snapshot()) {
+          if (last > 0) ++resyncs;  // announced (a replica that stepped down starts over)
+          last = event.sequence();
+        } else if (event.sequence() != last + 1) {
+          breaks.push_back(absl::StrCat("replica ", at, ": ", event.sequence(), " after ", last));
+          last = std::max(last, event.sequence());
+        } else {
+          last = event.sequence();
+        }
+      }
+      (void)stream->Finish();
+    }
+  });
+
+  auto progress = [&](int more) {
+    const int from = acknowledged.load();
+    return Within(20, [&] { return acknowledged.load() >= from + more; });
+  };
+  auto set_away = [&](int i, bool is_away) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (is_away) {
+      away.insert(i);
+    } else {
+      away.erase(i);
+    }
+  };
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(progress(10)) << "round " << round << ": no write acknowledged";
+    // The leader is killed, replaced, and started again.
+    int old = leader_;
+    set_away(old, true);
+    proc(old).Stop(SIGKILL);
+    leader_ = AwaitLeader(15, {old});
+    ASSERT_GE(leader_, 0) << "round " << round << ": no leader after a kill";
+    ASSERT_NO_FATAL_FAILURE(StartReplica(old));
+    set_away(old, false);
+    ASSERT_TRUE(progress(10)) << "round " << round << ": no write acknowledged after the kill";
+    // The leader is paused past its lease, replaced, and wakes as a follower.
+    old = leader_;
+    set_away(old, true);
+    ASSERT_EQ(kill(proc(old).pid(), SIGSTOP), 0);
+    leader_ = AwaitLeader(15, {old});
+    ASSERT_EQ(kill(proc(old).pid(), SIGCONT), 0);
+    ASSERT_GE(leader_, 0) << "round " << round << ": no leader after a pause";
+    EXPECT_TRUE(Within(10, [&] { return Status(old).role() == ClusterStatus::ROLE_FOLLOWER; }));
+    set_away(old, false);
+  }
+  ASSERT_TRUE(progress(5));
+  stop = true;
+  for (std::thread& t : load) t.join();
+
+  leader_ = AwaitLeader(15);
+  ASSERT_GE(leader_, 0);
+  // Every chain: the last acknowledged write, or one after it whose answer was lost.
+  for (int c = 0; c < kChains; ++c) {
+    const std::vector<Write>& history = writes[static_cast<size_t>(c)];
+    std::set<std::string> allowed;
+    size_t from = 0;
+    for (size_t i = 0; i < history.size(); ++i) {
+      if (history[i].code == grpc::StatusCode::OK) from = i;
+    }
+    const bool any_ok = std::any_of(history.begin(), history.end(),
+                                    [](const Write& w) { return w.code == grpc::StatusCode::OK; });
+    if (!any_ok) allowed.insert("");
+    for (size_t i = any_ok ? from : 0; i < history.size(); ++i) allowed.insert(history[i].target);
+    v1::GetChainRequest req;
+    req.set_name("k" + std::to_string(c));
+    v1::ChainView view;
+    ASSERT_TRUE(Admin(leader_)->GetChain(Ctx().get(), req, &view).ok());
+    EXPECT_EQ(allowed.count(view.status().pinned_target()), 1u)
+        << "k" << c << " pinned to '" << view.status().pinned_target() << "' after " << history.size()
+        << " writes; the last acknowledged set '" << (any_ok ? history[from].target : "-") << "'";
+  }
+  // Every replica agrees with the leader, entry for entry and chain for chain.
+  auto chains_at = [&](int i) {
+    std::string out;
+    for (int c = 0; c < kChains; ++c) {
+      v1::GetChainRequest req;
+      req.set_name("k" + std::to_string(c));
+      v1::ChainView view;
+      if (!Admin(i)->GetChain(Ctx(2).get(), req, &view).ok()) return std::string("?");
+      absl::StrAppend(&out, " k", c, ":", view.status().active_target(), "/", view.status().pinned_target(), "/",
+                      view.status().state());
+    }
+    return out;
+  };
+  for (int i = 0; i < kReplicas; ++i) {
+    std::string theirs;
+    std::string leaders;
+    EXPECT_TRUE(Within(15, [&] {
+      leaders = chains_at(leader_);
+      theirs = chains_at(i);
+      return Status(i).applied_index() == Status(leader_).applied_index() && theirs == leaders;
+    })) << "replica " << i << ":" << theirs << " vs the leader's:" << leaders;
+  }
+  // The watcher reaches the end of the one history.
+  v1::WatchEventsRequest fresh;
+  grpc::ClientContext snapshot_ctx;
+  snapshot_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto snapshot = Decide(leader_)->WatchEvents(&snapshot_ctx, fresh);
+  v1::Event first;
+  ASSERT_TRUE(snapshot->Read(&first));
+  snapshot_ctx.TryCancel();
+  (void)snapshot->Finish();
+  EXPECT_TRUE(Within(15, [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return last >= first.sequence();
+  })) << "the watcher stopped at " << last << " of " << first.sequence();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    watched = true;
+    if (watching) watching->TryCancel();
+  }
+  watcher.join();
+  EXPECT_THAT(breaks, ::testing::IsEmpty()) << resyncs << " resyncs";
+  size_t sent = 0;
+  for (const auto& history : writes) sent += history.size();
+  std::printf("history: %zu writes, %d acknowledged; the watcher read to %llu with %d resyncs\n", sent,
+              acknowledged.load(), static_cast<unsigned long long>(last), resyncs);
+}
+
 // Not a byte of garbage in an entry every replica applied long ago: a
 // replica that has to read it again (here, restarted on an empty data dir)
 // cannot get past it. It keeps what it applied, names the entry and its lag,

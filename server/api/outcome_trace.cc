@@ -14,7 +14,7 @@ void OutcomeTrace::Add(TraceEntry entry) {
   if (message.size() > kTraceMessageBytes || !IsValidUtf8(message)) message = SanitizeUtf8(message, kTraceMessageBytes);
   std::string& code = entry.facts.error_code;
   if (code.size() > kTraceMessageBytes || !IsValidUtf8(code)) code = SanitizeUtf8(code, kTraceMessageBytes);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (waiting_.size() >= keep_) {
     ++dropped_;
     return;
@@ -25,7 +25,7 @@ void OutcomeTrace::Add(TraceEntry entry) {
 absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
   std::vector<TraceEntry> batch;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     batch.swap(waiting_);
     // The next second is likely as busy: growing from empty would move every
     // entry a dozen times. Capped, so one burst does not hold memory for good.
@@ -40,7 +40,7 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
     return appended;
   }
   // Keep the oldest: they come first when the disk takes writes again.
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (batch.size() > keep_) {
     dropped_ += batch.size() - keep_;
     batch.resize(keep_);
@@ -57,7 +57,7 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store) {
 
 absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now, std::vector<TraceEntry>* written) {
   if (!enabled()) return absl::OkStatus();
-  absl::MutexLock flushing(&flush_mu_);
+  std::lock_guard<std::mutex> flushing(flush_mu_);
   const absl::Status appended = WriteWaiting(store);
   if (written != nullptr) {
     written->insert(written->end(), std::make_move_iterator(written_.begin()), std::make_move_iterator(written_.end()));
@@ -70,14 +70,14 @@ absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now, std::vec
 absl::StatusOr<std::vector<TraceEntry>> OutcomeTrace::Read(storage::Store* store, absl::Time from, absl::Time to,
                                                            absl::string_view chain, size_t limit, uint64_t after) {
   if (enabled()) {
-    absl::MutexLock flushing(&flush_mu_);
+    std::lock_guard<std::mutex> flushing(flush_mu_);
     RETURN_IF_ERROR(WriteWaiting(store));
   }
   return store->ReadTrace(from, to, chain, limit, after);
 }
 
 uint64_t OutcomeTrace::dropped() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return dropped_;
 }
 

@@ -6,11 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/outcome.h"
 #include "storage/store.h"
@@ -43,15 +42,17 @@ class OutcomeTrace {
 
  private:
   // Writes what waits; flush_mu_ held, so entries are numbered in the order they were added.
-  [[nodiscard]] absl::Status WriteWaiting(storage::Store* store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  [[nodiscard]] absl::Status WriteWaiting(storage::Store* store);
 
   const size_t keep_;
   const absl::Duration max_age_;
-  absl::Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  mutable absl::Mutex mu_;
-  std::vector<TraceEntry> waiting_ ABSL_GUARDED_BY(mu_);
-  std::vector<TraceEntry> written_ ABSL_GUARDED_BY(flush_mu_);  // since the last Flush
-  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // std::mutex, not absl::Mutex: ThreadSanitizer sees it (Debian's Abseil
+  // is not built for it). flush_mu_ is taken before mu_.
+  std::mutex flush_mu_;
+  std::vector<TraceEntry> written_;  // since the last Flush; under flush_mu_
+  mutable std::mutex mu_;
+  std::vector<TraceEntry> waiting_;  // under mu_
+  uint64_t dropped_ = 0;             // under mu_
 };
 
 }  // namespace failover::api

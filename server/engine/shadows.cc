@@ -17,7 +17,7 @@ std::vector<TargetConfig> TargetsOf(const Snapshot& snapshot, const ChainEntry& 
 }  // namespace
 
 void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (configured_ && snapshot.generation == generation_) return;
   configured_ = true;
   generation_ = snapshot.generation;
@@ -64,7 +64,7 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
 
 std::vector<ShadowEvent> ShadowPolicies::Feed(const std::vector<TraceEntry>& entries, absl::Time now) {
   std::vector<ShadowEvent> out;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, r] : runs_) {
     const std::vector<std::string>& targets = r.setup.chain.targets;
     for (const TraceEntry& e : entries) {
@@ -94,7 +94,7 @@ void ShadowPolicies::Take(Run& r, std::vector<ShadowEvent>* out) {
 }
 
 std::vector<ShadowStatus> ShadowPolicies::Status() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<ShadowStatus> out;
   out.reserve(runs_.size());
   for (const auto& [key, r] : runs_) out.push_back(r.status);
@@ -102,7 +102,7 @@ std::vector<ShadowStatus> ShadowPolicies::Status() const {
 }
 
 bool ShadowPolicies::empty() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return runs_.empty();
 }
 

@@ -9,12 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model.h"
 #include "common/outcome.h"
@@ -68,12 +67,13 @@ class ShadowPolicies {
   };
   using Key = std::pair<std::string, std::string>;  // chain, shadow
 
-  void Take(Run& r, std::vector<ShadowEvent>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Take(Run& r, std::vector<ShadowEvent>* out);  // mu_ held
 
-  mutable absl::Mutex mu_;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  bool configured_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<Key, Run> runs_ ABSL_GUARDED_BY(mu_);
+  // std::mutex, not absl::Mutex: ThreadSanitizer sees it. Guards what follows.
+  mutable std::mutex mu_;
+  uint64_t generation_ = 0;
+  bool configured_ = false;
+  std::map<Key, Run> runs_;
 };
 
 }  // namespace failover

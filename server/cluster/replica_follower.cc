@@ -1,0 +1,282 @@
+#include "server/cluster/replica.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
+#include "common/replace_with.h"
+#include "proto/state_convert.h"
+#include "server/cluster/replica_internal.h"
+#include "server/log/log.h"
+
+namespace failover::cluster {
+
+// --- following the log ---
+
+absl::Status Replica::CatchUp(int64_t* revision) {
+  etcdpb::RangeRequest leader;
+  leader.set_key(keys_.Leader());
+  absl::StatusOr<etcdpb::RangeResponse> held = etcd_->Range(leader);
+  if (!held.ok()) return held.status();
+  *revision = held->header().revision();
+  SetLeaderAddress(held->kvs_size() > 0 && HeldByALease(held->kvs(0)) ? held->kvs(0).value() : "");
+  if (absl::Status from_snapshot = InstallSnapshot(*revision); !from_snapshot.ok()) return from_snapshot;
+  for (;;) {
+    etcdpb::RangeRequest page;
+    page.set_key(keys_.Log(last_index_.load() + 1));
+    page.set_range_end(keys_.LogEnd());
+    page.set_limit(kRangePage);
+    page.set_revision(*revision);
+    absl::StatusOr<etcdpb::RangeResponse> entries = etcd_->Range(page);
+    if (!entries.ok()) return entries.status();
+    for (const auto& kv : entries->kvs()) {
+      const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
+      if (!index) continue;
+      if (!ApplyEntry(*index, kv.value())) return absl::AbortedError("log catch-up starts over");
+    }
+    if (!entries->more() || entries->kvs_size() == 0) break;
+  }
+  NoteEtcd(absl::OkStatus());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_revision_ = std::max(applied_revision_.load(), *revision);
+    changed_.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
+  uint64_t seen = seen_index_.load();
+  while (seen < index && !seen_index_.compare_exchange_weak(seen, index)) {
+  }
+  const uint64_t last = last_index_.load();
+  if (index <= last) {
+    // Applied already, or made here. Past the first index this replica
+    // stamped as leader, an entry of another term means another leader wrote
+    // there: what this one made at that index was never written.
+    const uint64_t own = own_from_.load();
+    if (own != 0 && index >= own) {
+      LogEntry entry;
+      if (!entry.ParseFromString(value) || entry.term() != term_.load()) {
+        StepDown(absl::StrCat("another leader wrote log entry ", index));
+        return false;
+      }
+    }
+    return true;
+  }
+  if (index != last + 1) {
+    log::Warn("gap in the change log, reading it again", {{"expected", last + 1}, {"got", index}});
+    return false;
+  }
+  if (IsLeader()) {
+    StepDown(absl::StrCat("another leader wrote log entry ", index));
+    return false;
+  }
+  absl::StatusOr<Change> change = DecodeEntry(value, index);
+  absl::Status applied = change.status();
+  if (applied.ok()) applied = engine_->ApplyChange(*change, clock_->Now());
+  if (!applied.ok()) {
+    // Keep what is applied, say so, and try again until the entry is fixed or
+    // replaced (or a snapshot passes it).
+    NoteStuck(index, applied);
+    SleepFor(absl::Seconds(1));
+    return false;
+  }
+  uint64_t known = etcd_index_.load();
+  while (known < index && !etcd_index_.compare_exchange_weak(known, index)) {
+  }
+  last_index_ = index;
+  committer_->Submit(std::move(*change));
+  NoteApplied();
+  return true;
+}
+
+void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
+  const uint64_t seen = seen_index_.load();
+  const uint64_t applied = last_index_.load();
+  const std::string error = absl::StrCat("cannot apply change log entry ", index, " (", seen > applied ? seen - applied : 0,
+                                         " entries behind the log): ", why.message());
+  bool was_applying;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was_applying = log_error_.empty();
+    log_error_ = error;
+  }
+  stuck_index_ = index;
+  if (was_applying) {
+    log::Error(absl::StrCat(error, "; not fit to serve until it is past it"), {{"applied_index", applied}});
+    if (on_log_health_) on_log_health_(false);
+  }
+}
+
+void Replica::NoteApplied() {
+  const uint64_t stuck = stuck_index_.load();
+  if (stuck == 0 || last_index_.load() < stuck) return;
+  stuck_index_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    log_error_.clear();
+  }
+  log::Info("the change log applies again", {{"applied_index", last_index_.load()}});
+  if (on_log_health_) on_log_health_(true);
+}
+
+void Replica::RunLog() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (!stopping_.load()) {
+    if (reset_wanted_.exchange(false)) ResetToLog();
+    int64_t revision = 0;
+    absl::Status caught_up = CatchUp(&revision);
+    if (!caught_up.ok()) {
+      if (caught_up.code() != absl::StatusCode::kAborted) {
+        NoteEtcd(caught_up);
+        if (!SleepFor(backoff)) break;
+        backoff = std::min(backoff * 2, absl::Seconds(2));
+      }
+      continue;
+    }
+    etcdpb::WatchCreateRequest create;
+    create.set_key(keys_.prefix() + "/");
+    create.set_range_end(keys_.PrefixEnd());
+    create.set_start_revision(revision + 1);
+    absl::StatusOr<std::unique_ptr<EtcdClient::Watch>> started = etcd_->StartWatch(create);
+    if (!started.ok()) {
+      NoteEtcd(started.status());
+      if (!SleepFor(backoff)) break;
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+      continue;
+    }
+    std::shared_ptr<EtcdClient::Watch> watch = std::move(started).value();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_ = watch;
+    }
+    // Checked after watch_ is set, so a step-down just before is not missed.
+    if (reset_wanted_.load() || stopping_.load()) watch->Cancel();
+    backoff = absl::Milliseconds(100);
+    bool restart = false;
+    etcdpb::WatchResponse response;
+    while (!restart && watch->Next(&response)) {
+      for (const mvccpb::Event& event : response.events()) {
+        const mvccpb::KeyValue& kv = event.kv();
+        if (kv.key() == keys_.Leader()) {
+          // A key on no lease is no leader's (a hand-written one): vacant.
+          const bool gone = event.type() == mvccpb::Event::DELETE || !HeldByALease(kv);
+          SetLeaderAddress(gone ? "" : kv.value());
+          if (gone) {
+            std::lock_guard<std::mutex> lock(mu_);
+            campaign_now_ = true;  // the leader resigned or its lease ran out: stand at once
+            changed_.notify_all();
+          }
+          continue;
+        }
+        const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
+        if (!index || event.type() != mvccpb::Event::PUT) continue;
+        if (!ApplyEntry(*index, kv.value())) {
+          restart = true;
+          break;
+        }
+      }
+      if (!restart) {
+        std::lock_guard<std::mutex> lock(mu_);
+        applied_revision_ = std::max(applied_revision_.load(), response.header().revision());
+        changed_.notify_all();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_.reset();
+    }
+    if (!restart && !stopping_.load() && !reset_wanted_.load()) {
+      NoteEtcd(watch->status());
+      if (!SleepFor(backoff)) break;
+    }
+  }
+}
+
+absl::Status Replica::InstallSnapshot(int64_t revision) {
+  etcdpb::RangeRequest where;
+  where.set_key(keys_.Snapshot());
+  where.set_revision(revision);
+  absl::StatusOr<etcdpb::RangeResponse> found = etcd_->Range(where);
+  if (!found.ok()) return found.status();
+  if (found->kvs_size() == 0) return absl::OkStatus();
+  SnapshotPointer pointer;
+  if (!pointer.ParseFromString(found->kvs(0).value())) {
+    return absl::DataLossError(absl::StrCat(keys_.Snapshot(), ": does not parse"));
+  }
+  uint64_t known = snapshot_index_.load();
+  while (known < pointer.log_index() && !snapshot_index_.compare_exchange_weak(known, pointer.log_index())) {
+  }
+  const uint64_t next = last_index_.load() + 1;
+  if (pointer.log_index() < next) return absl::OkStatus();
+  etcdpb::RangeRequest entry;
+  entry.set_key(keys_.Log(next));
+  entry.set_revision(revision);
+  entry.set_count_only(true);
+  absl::StatusOr<etcdpb::RangeResponse> present = etcd_->Range(entry);
+  if (!present.ok()) return present.status();
+  if (present->count() > 0) return absl::OkStatus();  // the log still reaches back here
+
+  const uint64_t at = pointer.log_index();
+  etcdpb::RangeRequest read;
+  read.set_key(keys_.SnapshotPart(at, 0));
+  read.set_range_end(keys_.SnapshotPart(at, pointer.parts()));
+  read.set_revision(revision);
+  absl::StatusOr<etcdpb::RangeResponse> parts = etcd_->Range(read);
+  if (!parts.ok()) return parts.status();
+  if (parts->kvs_size() != static_cast<int>(pointer.parts())) {
+    return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, " has ", parts->kvs_size(), " of its ",
+                                            pointer.parts(), " parts"));
+  }
+  RestoredState state;
+  for (int i = 0; i < parts->kvs_size(); ++i) {
+    failover::v1::FollowedState part;
+    if (!part.ParseFromString(parts->kvs(i).value())) {
+      return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": part ", i, " does not parse"));
+    }
+    if (absl::Status added = api::AddStatePart(part, static_cast<size_t>(i), &state); !added.ok()) {
+      return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": ", added.message()));
+    }
+  }
+  state.log_index = at;
+  // With nothing queued, the feed's state is what the engine and the store hold.
+  while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
+  }
+  std::set<std::string> targets;
+  std::set<std::string> chains;
+  const RestoredState now = feed_->State();
+  for (const TargetConfig& t : now.targets) targets.insert(t.name);
+  for (const ChainConfig& c : now.chains) chains.insert(c.name);
+  Change full = ReplaceWith(state, targets, chains);
+  if (absl::Status applied = engine_->ApplyChange(full, clock_->Now()); !applied.ok()) {
+    return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": ", applied.message()));
+  }
+  last_index_ = at;
+  known = etcd_index_.load();
+  while (known < at && !etcd_index_.compare_exchange_weak(known, at)) {
+  }
+  committer_->Submit(std::move(full));
+  log::Info("this replica was behind the kept change log; started from the cluster's snapshot",
+            {{"log_index", at}, {"was_at", next - 1}});
+  NoteApplied();
+  return absl::OkStatus();
+}
+
+void Replica::ResetToLog() {
+  // What this replica made and could not write is dropped by the committer
+  // (it is not the leader); once nothing is queued, the feed's state is
+  // exactly the log's up to the last entry stored here.
+  while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
+  }
+  const RestoredState state = feed_->State();
+  const absl::Status reset = engine_->ResetTo(state, clock_->Now());
+  if (!reset.ok()) log::Error(absl::StrCat("cannot go back to the replicated state: ", reset.message()));
+  last_index_ = state.log_index;
+  etcd_index_ = state.log_index;
+  own_from_ = 0;
+  log::Info("back to the replicated state; following the log", {{"applied_index", state.log_index}});
+}
+
+}  // namespace failover::cluster

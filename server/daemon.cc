@@ -410,6 +410,7 @@ absl::Status Daemon::Stop() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(flags_.shutdown_grace_seconds * 1000)));
     server_->Wait();
+    blocking_.reset();  // every call it ran has answered; its threads end here
     log::Debug("grpc server drained");
   }
   if (replica_) {

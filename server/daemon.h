@@ -97,12 +97,13 @@ class Daemon {
   std::unique_ptr<Ticker> ticker_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<api::Authorizer> auth_;
-  // Admin writes and calls passed to the leader; outlives server_, whose
-  // drain waits for what it runs.
-  std::unique_ptr<api::BlockingCalls> blocking_;
   std::unique_ptr<api::DecisionService> decision_service_;
   std::unique_ptr<api::AdminService> admin_service_;
   std::unique_ptr<api::HealthService> health_service_;
+  // Admin writes and calls passed to the leader. Stop's drain of server_
+  // waits for what it runs; declared after the services so its threads are
+  // joined before they go.
+  std::unique_ptr<api::BlockingCalls> blocking_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<http::HttpServer> http_;  // --http-listen; before server_ in teardown order below
 

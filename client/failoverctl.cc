@@ -459,14 +459,23 @@ bool IsKind(const v1::Event& e, const std::vector<v1::EventKind>& kinds) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
-// --since D: sets `from` to D before now; false (after a usage message) when D is not a duration.
-bool SinceFlag(const std::string& since, google::protobuf::Timestamp* from) {
+// --since D: sets `from` to D before now, and `to` (when given) to now, so
+// the window is D long however late the server answers; false (after a
+// usage message) when D is not a duration.
+bool SinceFlag(const std::string& since, google::protobuf::Timestamp* from,
+               google::protobuf::Timestamp* to = nullptr) {
   absl::Duration back;
   if (!absl::ParseDuration(since, &back) || back <= absl::ZeroDuration()) {
     Usage(absl::StrCat("--since: expected a duration such as 30m or 2h, got \"", since, "\""));
     return false;
   }
-  from->set_seconds(absl::ToUnixSeconds(absl::Now() - back));
+  const absl::Time now = absl::Now();
+  if (to == nullptr) {
+    from->set_seconds(absl::ToUnixSeconds(now - back));
+    return true;
+  }
+  failover::api::TimeToProto(now - back, from);
+  failover::api::TimeToProto(now, to);
   return true;
 }
 
@@ -590,7 +599,7 @@ int Simulate(Ctl& ctl, const SimulateFlags& f) {
   }
   v1::SimulateRequest req;
   req.set_chain(f.chain);
-  if (!f.since.empty() && !SinceFlag(f.since, req.mutable_from())) return kExitUsage;
+  if (!f.since.empty() && !SinceFlag(f.since, req.mutable_from(), req.mutable_to())) return kExitUsage;
   if (!f.from.empty() && !TimeFlag("--from", f.from, req.mutable_from())) return kExitUsage;
   if (!f.to.empty() && !TimeFlag("--to", f.to, req.mutable_to())) return kExitUsage;
   if (!f.flap_window.empty()) {

@@ -64,11 +64,14 @@ TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
   // Requests run normally again; the client's own thread sends the backlog.
   client::LoopResult back;
   int runs = 0;  // the ones before failoverd answers are served fail-static and buffered too
-  ASSERT_TRUE(Eventually([&] {
-    back = client.Run("ch", upstream);
-    ++runs;
-    return !back.fail_static;
-  }));
+  // (A restarted failoverd built with TSan on a loaded machine can take many seconds to answer.)
+  ASSERT_TRUE(Eventually(
+      [&] {
+        back = client.Run("ch", upstream);
+        ++runs;
+        return !back.fail_static;
+      },
+      std::chrono::seconds(120)));
   EXPECT_TRUE(back.ok);
   // The restarted failoverd counts every buffered success on b (the three
   // above and those of the runs while it started) and the report of the
@@ -118,7 +121,13 @@ TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
     o.ok = true;
     return o;
   };
-  ASSERT_TRUE(client.Run("ch", upstream).ok);  // a plan is now cached
+  // A plan from failoverd is now cached (its first answer can be slow under TSan on a loaded machine).
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const client::LoopResult r = client.Run("ch", upstream);
+        return r.ok && !r.fail_static;
+      },
+      std::chrono::seconds(120)));
   for (const char* t : {"a", "b"}) {
     v1::TriggerFailoverRequest trigger;
     trigger.set_target(t);

@@ -1,6 +1,8 @@
 #include "server/api/decision_service.h"
 
 #include <algorithm>
+#include <future>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
@@ -26,7 +28,7 @@ grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContex
 
 grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                                          grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::Report);
+  return ServeUnaryLater(ctx_, ctx, in, out, this, &DecisionService::StartReportFromCaller);
 }
 
 grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -56,7 +58,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::FollowState(grpc::C
 namespace {
 
 // One StreamOutcomes call: reads reports one at a time and hands each to
-// DecisionService::Report, as ReportOutcome would.
+// DecisionService::StartReport, as ReportOutcome would.
 class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   static constexpr uint32_t kMaxOutcomes = 10000;
@@ -93,23 +95,28 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return Refuse(absl::ResourceExhaustedError(absl::StrCat(
           "outcomes: at most ", kMaxOutcomes, " per StreamOutcomes call; ", accepted_, " were handled")));
     }
+    // The next one is read once this one is answered (durable), so they are
+    // counted in the order sent; meanwhile no gRPC thread waits.
     ReportOutcomeRequest request;
-    ReportOutcomeResponse answer;
-    absl::Status status = ParseRequest(in_, &request);
-    if (status.ok()) status = service_->Report(request, &answer, relayed_);
+    if (const absl::Status parsed = ParseRequest(in_, &request); !parsed.ok()) return Tally(parsed);
+    answer_.Clear();
+    service_->StartReport(request, &answer_, relayed_, [this](absl::Status status) { Tally(status); });
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Tally(const absl::Status& status) {
     if (status.ok()) {
       ++accepted_;
-      duplicates_ += answer.duplicate();
-      if (!answer.not_saved().empty() && not_saved_.empty()) not_saved_ = answer.not_saved();
+      duplicates_ += answer_.duplicate();
+      if (!answer_.not_saved().empty() && not_saved_.empty()) not_saved_ = answer_.not_saved();
     } else {
       if (refused_++ == 0) first_refusal_ = absl::StrCat("outcomes[", accepted_ + refused_ - 1, "]: ", status.message());
     }
     StartRead(&in_);
   }
 
-  void OnDone() override { delete this; }
-
- private:
   void Refuse(const absl::Status& status) {
     call_->AddTrailingMetadata(kAnsweredTrailer, "1");
     Finish(ToGrpcStatus(status));
@@ -121,6 +128,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer* const response_;
   const bool relayed_;  // from a cluster follower
   grpc::ByteBuffer in_;
+  ReportOutcomeResponse answer_;  // the one being answered
   uint32_t accepted_ = 0;
   uint32_t refused_ = 0;
   uint32_t duplicates_ = 0;
@@ -241,12 +249,20 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
 }
 
 absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed) {
-  ASSIGN_OR_RETURN(ReportRequest report, ReportFromProto(req, ctx_.clock->Now()));
+  std::promise<absl::Status> answered;
+  std::future<absl::Status> answer = answered.get_future();
+  StartReport(req, resp, relayed, [&answered](absl::Status status) { answered.set_value(std::move(status)); });
+  return answer.get();
+}
+
+void DecisionService::StartReport(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed,
+                                  Answer answer) {
+  absl::StatusOr<ReportRequest> parsed = ReportFromProto(req, ctx_.clock->Now());
+  if (!parsed.ok()) return answer(parsed.status());
+  ReportRequest report = *std::move(parsed);
   // A report counted before (a resent batch, a relay sent again) decides its
   // verdict again but counts nothing (DESIGN 3.14, invariant 4).
   if (req.has_report_id()) report.count = report_ids_.FirstTime(req.report_id().sender(), req.report_id().sequence());
-  ReportResult result;
-  Events events;
   // On a cluster follower the counting (trips, recoveries) is the leader's,
   // so it sees the outcomes of every replica (DESIGN 3.12); the verdict is
   // this replica's. A failure (or a success that may change the target's
@@ -256,38 +272,63 @@ absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutc
   const bool relay_first = follower && report.count &&
                            (!report.facts.success || ctx_.engine->SuccessMayChangeState(report.target));
   const bool relay_after = follower && report.count && !relay_first;
-  if (relay_first) {
-    ReportOutcomeRequest relayed = req;
-    if (relayed.chain().empty()) relayed.set_chain(Engine::ChainOfDecision(req.decision_id()));
-    ctx_.leader->RelayAndWait(std::move(relayed), absl::Milliseconds(500));
+  if (!relay_first) {
+    return CountAndAnswer(req, std::move(report), resp, relayed, follower, relay_after, std::move(answer));
   }
+  ReportOutcomeRequest to_leader = req;
+  if (to_leader.chain().empty()) to_leader.set_chain(Engine::ChainOfDecision(req.decision_id()));
+  // The wait for the leader (up to 500 ms) is the call pool's, not gRPC's.
+  auto relay_then_count = [this, to_leader = std::move(to_leader), report = std::move(report), resp, relayed,
+                           follower, answer = std::move(answer)]() mutable {
+    ReportOutcomeRequest request = to_leader;
+    ctx_.leader->RelayAndWait(std::move(to_leader), absl::Milliseconds(500));
+    CountAndAnswer(request, std::move(report), resp, relayed, follower, /*relay_after=*/false, std::move(answer));
+  };
+  auto task = std::make_shared<decltype(relay_then_count)>(std::move(relay_then_count));
+  if (ctx_.blocking == nullptr || !ctx_.blocking->Submit([task] { (*task)(); })) (*task)();
+}
+
+void DecisionService::CountAndAnswer(const ReportOutcomeRequest& req, ReportRequest report,
+                                     ReportOutcomeResponse* resp, bool relayed, bool follower, bool relay_after,
+                                     Answer answer) {
+  ReportResult result;
+  Events events;
   Committer::Scope changes(ctx_.committer);
   for (uint32_t i = 0; i < OutcomesOf(req); ++i) {
-    RETURN_IF_ERROR(ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events));
+    if (absl::Status counted = ctx_.engine->Report(report, ctx_.clock->Now(), &result, &events); !counted.ok()) {
+      return answer(std::move(counted));
+    }
     if (ctx_.metrics != nullptr && !relayed && report.count) {
       ctx_.metrics->OnOutcome(report.target, result, report.latency);
     }
   }
-  // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): a change
-  // this outcome made that could not be saved is named in the answer, and the
-  // verdict stands; failoverd refuses further changes until it can save.
-  if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
-  if (ctx_.trace != nullptr && ctx_.trace->enabled() && report.count && !follower) {
-    ctx_.trace->Add(TraceEntry{0, ctx_.clock->Now(), result.chain, report.target, OutcomesOf(req), result.classified,
-                               report.latency, std::move(report.facts)});
-  }
+  std::optional<ReportOutcomeRequest> to_leader;
   if (relay_after) {
-    ReportOutcomeRequest relayed = req;
-    relayed.set_chain(result.chain);
-    ctx_.leader->Relay(std::move(relayed));
+    to_leader = req;
+    to_leader->set_chain(result.chain);
   }
   if (ctx_.metrics != nullptr && !relayed && report.count) {
     if (result.reason == Reason::kRetryBudget) ctx_.metrics->OnRetryBudgetRefusal(result.refused_chain);
     if (req.hedged()) ctx_.metrics->OnHedge();
   }
+  std::optional<TraceEntry> traced;
+  if (ctx_.trace != nullptr && ctx_.trace->enabled() && report.count && !follower) {
+    traced = TraceEntry{0, ctx_.clock->Now(), result.chain, report.target, OutcomesOf(req), result.classified,
+                        report.latency, std::move(report.facts)};
+  }
   ReportResultToProto(result, resp);
   resp->set_duplicate(!report.count);
-  return absl::OkStatus();
+  // Failover never waits on bookkeeping (DESIGN 3.14, invariant 6): a change
+  // this outcome made that could not be saved is named in the answer, and the
+  // verdict stands; failoverd refuses further changes until it can save. The
+  // answer goes once the change is durable, from the committer's thread.
+  changes.AwaitThen([this, resp, traced = std::move(traced), to_leader = std::move(to_leader),
+                     answer = std::move(answer)](absl::Status saved) mutable {
+    if (!saved.ok()) resp->set_not_saved(std::string(saved.message()));
+    if (traced) ctx_.trace->Add(std::move(*traced));
+    if (to_leader) ctx_.leader->Relay(std::move(*to_leader));
+    answer(absl::OkStatus());
+  });
 }
 
 }  // namespace failover::api

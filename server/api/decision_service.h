@@ -6,6 +6,7 @@
 #include "server/api/report_ids.h"
 #include "server/api/service_context.h"
 #include "server/api/watch_stream.h"
+#include "server/api/wire.h"
 
 namespace failover::api {
 
@@ -47,10 +48,25 @@ class DecisionService final : public DecisionServiceBase {
   }
   // `relayed`: passed on by a cluster follower, which answered the caller and
   // counted it in its own metrics; here it is only counted toward health.
+  // Waits for the answer; StartReport is the same without waiting.
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp,
                       bool relayed);
+  // Judges and counts the outcome now, and calls `answer` once `resp` is
+  // final: at once, or once what it changed is durable (on the committer's
+  // thread), or after the cluster's leader counted it (on the call pool).
+  // `req` need not outlive this call; `resp` must live until `answer`.
+  void StartReport(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp,
+                   bool relayed, Answer answer);
 
  private:
+  void StartReportFromCaller(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp,
+                             Answer answer) {
+    StartReport(req, resp, /*relayed=*/false, std::move(answer));
+  }
+  // StartReport after the relay to the leader (if any) is done.
+  void CountAndAnswer(const failover::v1::ReportOutcomeRequest& req, ReportRequest report,
+                      failover::v1::ReportOutcomeResponse* resp, bool relayed, bool follower, bool relay_after,
+                      Answer answer);
   // Records a check result the engine took in the outcome trace.
   void TraceCheck(const AcceptedCheck& check, absl::Time now);
   ServiceContext ctx_;

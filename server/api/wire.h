@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -57,6 +59,32 @@ bool ServeAtLeader(const ServiceContext& context, Role role, const std::string& 
 // applied that entry (its caller reads its own writes there).
 void NoteLogIndex(const ServiceContext& context, grpc::CallbackServerContext* call);
 
+// "PinChainRequest" -> "PinChain": every request type is its method's name + "Request".
+template <class Request>
+const std::string& MethodNameOf() {
+  static const std::string name = [] {
+    std::string type = Request::descriptor()->name();
+    return type.substr(0, type.size() - std::string("Request").size());
+  }();
+  return name;
+}
+
+// How every unary call ends: the response serialized when `status` is OK,
+// the call counted, finished.
+template <class Request>
+void FinishUnary(const ServiceContext& context, grpc::CallbackServerContext* call, grpc::ServerUnaryReactor* reactor,
+                 Route route, const google::protobuf::Message& response, grpc::ByteBuffer* out, absl::Status status,
+                 std::chrono::steady_clock::time_point started) {
+  if (status.ok()) status = SerializeMessage(response, out);
+  if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
+  if (context.metrics != nullptr) {
+    context.metrics->OnRpc(MethodNameOf<Request>(), static_cast<int>(status.code()),
+                           absl::FromChrono(std::chrono::steady_clock::now() - started));
+  }
+  if (route == Route::kLeader && context.leader != nullptr) NoteLogIndex(context, call);
+  reactor->Finish(ToGrpcStatus(status));
+}
+
 // The shape of every unary handler: authorize, parse, run `handler` on the
 // typed request, serialize, finish. A kLeader call (it waits for its change
 // to be saved, or for the leader) runs on context.blocking, not on gRPC's
@@ -82,19 +110,7 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
       const CallerScope caller(role == Role::kAdmin ? CallerOf(*call, context.auth) : std::string());
       status = (service->*handler)(request, &response);
     }
-    if (status.ok()) status = SerializeMessage(response, out);
-    if (!status.ok()) call->AddTrailingMetadata(kAnsweredTrailer, "1");
-    if (context.metrics != nullptr) {
-      // "PinChainRequest" -> "PinChain": every request type is its method's name + "Request".
-      static const std::string method = [] {
-        std::string name = Request::descriptor()->name();
-        return name.substr(0, name.size() - std::string("Request").size());
-      }();
-      context.metrics->OnRpc(method, static_cast<int>(status.code()),
-                             absl::FromChrono(std::chrono::steady_clock::now() - started));
-    }
-    if (route == Route::kLeader && context.leader != nullptr) NoteLogIndex(context, call);
-    reactor->Finish(ToGrpcStatus(status));
+    FinishUnary<Request>(context, call, reactor, route, response, out, std::move(status), started);
   };
   if (route == Route::kLeader && context.blocking != nullptr) {
     if (!context.blocking->Submit(serve)) {
@@ -105,6 +121,37 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
     return reactor;
   }
   serve();
+  return reactor;
+}
+
+// The answer to a call that may come after its handler returned.
+using Answer = std::function<void(absl::Status)>;
+
+// ServeUnary for a decide call whose handler answers later: it calls its
+// Answer exactly once, on any thread, when the Response is final (say, once
+// the change it made is durable), so no thread waits meanwhile.
+template <class Service, class Request, class Response>
+grpc::ServerUnaryReactor* ServeUnaryLater(const ServiceContext& context, grpc::CallbackServerContext* call,
+                                          const grpc::ByteBuffer* in, grpc::ByteBuffer* out, Service* service,
+                                          void (Service::*handler)(const Request&, Response*, Answer)) {
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  const auto started = std::chrono::steady_clock::now();
+  struct Exchange {
+    Request request;
+    Response response;
+  };
+  auto exchange = std::make_shared<Exchange>();
+  absl::Status status = context.Authorize(*call, Role::kDecide);
+  if (status.ok()) status = ParseRequest(*in, &exchange->request);
+  if (!status.ok()) {
+    FinishUnary<Request>(context, call, reactor, Route::kHere, exchange->response, out, std::move(status), started);
+    return reactor;
+  }
+  (service->*handler)(exchange->request, &exchange->response,
+                      [&context, call, reactor, out, started, exchange](absl::Status answer) {
+                        FinishUnary<Request>(context, call, reactor, Route::kHere, exchange->response, out,
+                                             std::move(answer), started);
+                      });
   return reactor;
 }
 

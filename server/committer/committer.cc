@@ -40,6 +40,11 @@ absl::Status Committer::Scope::AwaitWithEarlier() {
   return ticket == 0 ? absl::OkStatus() : committer_->Await(ticket);
 }
 
+void Committer::Scope::AwaitThen(Then then) {
+  if (last_ == 0) return then(absl::OkStatus());
+  committer_->AwaitThen(last_, std::move(then));
+}
+
 uint64_t Committer::LastTicket() {
   std::lock_guard<std::mutex> lock(mu_);
   return next_ticket_ - 1;
@@ -98,8 +103,24 @@ bool Committer::Step() {
 
 absl::Status Committer::Await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
-  DriveLocked(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
-  done_.wait(lock, [&] { return durable_ >= ticket || failed_up_to_ >= ticket; });
+  DriveLocked(lock, [&] { return SettledLocked(ticket); });
+  done_.wait(lock, [&] { return SettledLocked(ticket); });
+  return StatusOfLocked(ticket);
+}
+
+void Committer::AwaitThen(uint64_t ticket, Then then) {
+  if (mode_ == Mode::kCallerDriven) return then(Await(ticket));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!SettledLocked(ticket)) {
+    then_.emplace(ticket, std::move(then));
+    return;
+  }
+  const absl::Status status = StatusOfLocked(ticket);
+  lock.unlock();
+  then(status);
+}
+
+absl::Status Committer::StatusOfLocked(uint64_t ticket) const {
   for (const DroppedTickets& d : dropped_) {
     if (ticket >= d.first && ticket <= d.last) return d.why;
   }
@@ -109,6 +130,18 @@ absl::Status Committer::Await(uint64_t ticket) {
   }
   if (durable_ >= ticket) return absl::OkStatus();
   return failure_;
+}
+
+void Committer::RunSettledLocked(std::unique_lock<std::mutex>& lock) {
+  const uint64_t settled = std::max(durable_, failed_up_to_);
+  if (then_.empty() || then_.begin()->first > settled) return;
+  std::vector<std::pair<Then, absl::Status>> ready;
+  for (auto it = then_.begin(); it != then_.end() && it->first <= settled; it = then_.erase(it)) {
+    ready.emplace_back(std::move(it->second), StatusOfLocked(it->first));
+  }
+  lock.unlock();
+  for (auto& [then, status] : ready) then(std::move(status));
+  lock.lock();
 }
 
 void Committer::AwaitPublished(absl::Duration timeout) {
@@ -144,6 +177,7 @@ void Committer::Stop() {
   failed_up_to_ = next_ticket_ - 1;
   if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
   done_.notify_all();
+  RunSettledLocked(lock);
 }
 
 void Committer::Run() {
@@ -167,6 +201,7 @@ void Committer::Run() {
   failed_up_to_ = next_ticket_ - 1;
   if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
   done_.notify_all();
+  RunSettledLocked(lock);
 }
 
 void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
@@ -187,11 +222,11 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
     failing_ = false;
     // The callers may answer now that their Changes are durable; watchers,
     // metrics and the log get them next, in order, off the callers' path.
-    {
-      std::lock_guard<std::mutex> durable(mu_);
-      durable_ = last;
-    }
+    lock.lock();
+    durable_ = last;
     done_.notify_all();
+    RunSettledLocked(lock);
+    lock.unlock();
     for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
     lock.lock();
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
@@ -221,6 +256,7 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
     }
     published_ = last;
     done_.notify_all();
+    RunSettledLocked(lock);
   } else {
     if (!failing_) on_health_(written);
     failing_ = true;
@@ -231,6 +267,7 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
         "lost if failoverd stops first), and refuses further changes until then"));
     failed_up_to_ = next_ticket_ - 1;
     done_.notify_all();
+    RunSettledLocked(lock);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -68,6 +69,12 @@ class Committer {
   // durable: OK; or until its write failed: the error. Watchers get it just
   // after, in order.
   [[nodiscard]] absl::Status Await(uint64_t ticket);
+  // Await without waiting: calls `then` with what Await would answer once the
+  // ticket is settled; at once on this thread when it already is, else on the
+  // committer's thread (kThread), which must not be kept long. So a gRPC
+  // handler can answer once its Change is durable without holding a thread.
+  using Then = std::function<void(absl::Status)>;
+  void AwaitThen(uint64_t ticket, Then then);
   // Waits (up to `timeout`) until every Change submitted so far is published
   // or failed, so a read of the event log that follows an answered call sees
   // that call's events.
@@ -96,6 +103,8 @@ class Committer {
     Scope& operator=(const Scope&) = delete;
     bool changed() const { return last_ != 0; }
     [[nodiscard]] absl::Status Await() { return last_ == 0 ? absl::OkStatus() : committer_->Await(last_); }
+    // Await without waiting (Committer::AwaitThen); `then` may outlive the Scope.
+    void AwaitThen(Then then);
     // For a call whose change may already be applied (an admin call repeated):
     // when it submitted nothing, waits for every Change submitted before, one
     // of which may be the change it found, so its OK never comes from memory
@@ -117,6 +126,12 @@ class Committer {
   // kCallerDriven: writes until `done` holds or a write fails.
   template <typename Done>
   void DriveLocked(std::unique_lock<std::mutex>& lock, Done done);
+  bool SettledLocked(uint64_t ticket) const { return durable_ >= ticket || failed_up_to_ >= ticket; }
+  // What Await answers for a settled ticket.
+  absl::Status StatusOfLocked(uint64_t ticket) const;
+  // Calls the AwaitThen callbacks whose tickets are settled, with `lock`
+  // released meanwhile.
+  void RunSettledLocked(std::unique_lock<std::mutex>& lock);
 
   const WriteFn write_;
   const PublishFn publish_;
@@ -127,6 +142,7 @@ class Committer {
   std::condition_variable work_;  // the thread waits for Changes
   std::condition_variable done_;  // Await waits for tickets
   std::deque<std::pair<uint64_t, Change>> queue_;
+  std::multimap<uint64_t, Then> then_;  // AwaitThen callbacks by ticket
   uint64_t next_ticket_ = 1;
   uint64_t durable_ = 0;       // every ticket up to here is durable
   uint64_t published_ = 0;     // and up to here also published

@@ -313,6 +313,59 @@ class ClusterTest : public ::testing::Test {
   }
   std::string FirstMember() const { return etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')); }
 
+  // Once armed, holds each write to the Change log at `proxy` until released
+  // (or 1.5 s, below etcd's 2 s call timeout, so the write still goes through).
+  class HeldLogWrites {
+   public:
+    HeldLogWrites(EtcdProxy* proxy, const ClusterTest* test) {
+      proxy->SetHook([this, test](const std::string& method, const google::protobuf::Message& request) {
+        const bool writes_log = test->LogPuts(method, request) > 0;
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!armed_ || !writes_log || released_) return EtcdProxy::Fault::kNone;
+        holding_ = true;
+        cv_.notify_all();
+        cv_.wait_for(lock, std::chrono::milliseconds(1500), [&] { return released_; });
+        holding_ = false;
+        return EtcdProxy::Fault::kNone;
+      });
+    }
+    void Arm() {
+      std::lock_guard<std::mutex> lock(mu_);
+      armed_ = true;
+    }
+    // Waits until a write is held.
+    bool Holding() {
+      std::unique_lock<std::mutex> lock(mu_);
+      return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return holding_; });
+    }
+    // Lets every write go; true when one was still held.
+    bool Release() {
+      std::lock_guard<std::mutex> lock(mu_);
+      const bool was_holding = holding_;
+      released_ = true;
+      cv_.notify_all();
+      return was_holding;
+    }
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool armed_ = false;
+    bool holding_ = false;
+    bool released_ = false;
+  };
+
+  // Picks "ch" at replica 0 while `held` holds a write, then lets the writes
+  // go; `while_held`: the pick was answered before that.
+  grpc::Status PickWhileHeld(HeldLogWrites* held, bool* while_held) {
+    v1::PickTargetRequest req;
+    req.set_chain("ch");
+    v1::PickTargetResponse plan;
+    const grpc::Status picked = Decide(0)->PickTarget(Ctx().get(), req, &plan);
+    *while_held = held->Release();
+    return picked;
+  }
+
   static EtcdCluster* etcd_;
   std::string prefix_;
   std::vector<int> ports_;
@@ -960,49 +1013,66 @@ TEST_F(ClusterTest, AWriteSplitOverTransactionsAnswersEachCallerByWhatReachedEtc
 // two-core machine, so two of them stalled every decision.)
 TEST_F(ClusterTest, DecisionsGoOnWhileChangesWaitForEtcd) {
   EtcdProxy proxy(FirstMember());
-  std::mutex mu;
-  std::condition_variable cv;
-  bool armed = false;
-  bool holding = false;
-  bool released = false;
-  proxy.SetHook([&](const std::string& method, const google::protobuf::Message& request) {
-    const bool writes_log = LogPuts(method, request) > 0;
-    std::unique_lock<std::mutex> lock(mu);
-    if (!armed || !writes_log || released) return EtcdProxy::Fault::kNone;
-    // Held below etcd's call timeout (2 s), so the write itself goes through.
-    holding = true;
-    cv.notify_all();
-    cv.wait_for(lock, std::chrono::milliseconds(1500), [&] { return released; });
-    holding = false;
-    return EtcdProxy::Fault::kNone;
-  });
+  HeldLogWrites held(&proxy, this);
+  bool answered_while_held = false;
   ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy));
   ASSERT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok());
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    armed = true;
-  }
+  held.Arm();
   std::vector<std::thread> admins;
   for (int i = 0; i < 4; ++i) admins.emplace_back([&] { (void)Pin(0, "b"); });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return holding; }));
-  }
-  v1::PickTargetRequest req;
-  req.set_chain("ch");
-  v1::PickTargetResponse plan;
-  const grpc::Status picked = Decide(0)->PickTarget(Ctx().get(), req, &plan);
-  bool answered_while_held = false;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    answered_while_held = holding;
-    released = true;
-    cv.notify_all();
-  }
+  ASSERT_TRUE(held.Holding());
+  const grpc::Status picked = PickWhileHeld(&held, &answered_while_held);
   for (std::thread& t : admins) t.join();
   EXPECT_TRUE(picked.ok()) << picked.error_message();
   EXPECT_TRUE(answered_while_held) << "PickTarget waited for the stuck write";
   EXPECT_TRUE(Within(5, [&] { return Pinned(0) == "b"; }));
+}
+
+// The same for outcomes: a failure that trips its target is answered once
+// the trip is in etcd's log, but no gRPC thread waits for that meanwhile, so
+// many trips waiting on a slow etcd do not stall picks (and each is answered
+// with the plan change it caused once it is saved).
+TEST_F(ClusterTest, PicksGoOnWhileTripsWaitForEtcd) {
+  constexpr int kTrips = 6;
+  v1::ApplyRequest config = Config(1);
+  for (int k = 0; k < kTrips; ++k) {
+    const std::string target = "x" + std::to_string(k);
+    config.add_targets()->set_name(target);
+    v1::Chain* chain = config.add_chains();
+    *chain = config.chains(0);
+    chain->set_name("k" + std::to_string(k));
+    chain->clear_targets();
+    chain->add_targets(target);
+    chain->add_targets("a");
+  }
+  EtcdProxy proxy(FirstMember());
+  HeldLogWrites held(&proxy, this);
+  bool answered_while_held = false;
+  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy));
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), config).ok());
+  held.Arm();
+  std::atomic<int> tripped{0};
+  std::vector<std::thread> reporters;
+  for (int k = 0; k < kTrips; ++k) {
+    reporters.emplace_back([&, k] {
+      v1::ReportOutcomeRequest req;
+      req.set_chain("k" + std::to_string(k));
+      req.set_target("x" + std::to_string(k));
+      req.mutable_failure()->set_http_status(503);
+      v1::ReportOutcomeResponse resp;
+      const grpc::Status s = Decide(0)->ReportOutcome(Ctx().get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_TRUE(resp.not_saved().empty()) << resp.not_saved();
+      if (resp.target_health() == v1::HEALTH_STATE_DOWN && resp.active_target() == "a") ++tripped;
+    });
+  }
+  ASSERT_TRUE(held.Holding());
+  const grpc::Status picked = PickWhileHeld(&held, &answered_while_held);
+  for (std::thread& t : reporters) t.join();
+  EXPECT_TRUE(picked.ok()) << picked.error_message();
+  EXPECT_TRUE(answered_while_held) << "PickTarget waited behind the trips waiting for etcd";
+  EXPECT_EQ(tripped.load(), kTrips);
+  for (int k = 0; k < kTrips; ++k) EXPECT_EQ(Pick(0, "k" + std::to_string(k)).active_target(), "a");
 }
 
 // A history check in Jepsen's manner, kept lean for CI: three replicas under

@@ -77,6 +77,72 @@ TEST(CommitterTest, PublishesInOrderOnlyAfterTheWriteAndGroupsWhatIsReady) {
   EXPECT_LT(batch_sizes.size(), 4u) << "Changes that were ready together should share a write";
 }
 
+// AwaitThen holds no thread: its callback runs once the ticket is durable
+// (never before the write), with the write's error when it fails, at once
+// when the ticket is settled already, and with an error at Stop.
+TEST(CommitterTest, AwaitThenAnswersOnceDurableWithoutAWaitingThread) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hold = true;
+  bool refuse = false;
+  int writes = 0;
+  std::vector<std::pair<int, absl::Status>> answers;  // (which, status)
+  Committer committer(
+      [&](const std::vector<const Change*>&) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !hold; });
+        ++writes;
+        return refuse ? absl::UnavailableError("No space left on device") : absl::OkStatus();
+      },
+      [](const Change&) {}, [](const absl::Status&) {}, absl::Hours(1));
+  auto answer = [&](int which) {
+    return [&, which](absl::Status status) {
+      std::lock_guard<std::mutex> lock(mu);
+      answers.emplace_back(which, std::move(status));
+      cv.notify_all();
+    };
+  };
+  auto answered = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return answers.size() >= n; });
+  };
+  const uint64_t first = committer.Submit(ChangeWithEvents(1, 1));
+  committer.AwaitThen(first, answer(1));  // returns at once: the write is held
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(answers.empty());
+    hold = false;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(answered(1));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(writes, 1);
+    EXPECT_TRUE(answers[0].second.ok()) << answers[0].second;
+  }
+  committer.AwaitThen(first, answer(2));  // settled already: answered on this thread
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(answers.size(), 2u);
+    EXPECT_TRUE(answers[1].second.ok());
+    refuse = true;
+  }
+  committer.AwaitThen(committer.Submit(ChangeWithEvents(2, 1)), answer(3));
+  ASSERT_TRUE(answered(3));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(answers[2].first, 3);
+    EXPECT_THAT(std::string(answers[2].second.message()), HasSubstr("No space left on device"));
+  }
+  // Still refused (retried only after an hour): one more waits, and Stop answers it.
+  committer.AwaitThen(committer.Submit(ChangeWithEvents(3, 1)), answer(4));
+  committer.Stop();
+  ASSERT_TRUE(answered(4));
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(answers[3].first, 4);
+  EXPECT_FALSE(answers[3].second.ok());
+}
+
 // Records what reaches watchers.
 class RecordingWatcher : public api::EventLog::Watcher {
  public:

@@ -1,7 +1,6 @@
 #include "server/api/decision_service.h"
 
 #include <algorithm>
-#include <future>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +22,7 @@ using failover::v1::WatchEventsRequest;
 
 grpc::ServerUnaryReactor* DecisionService::PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                                       grpc::ByteBuffer* out) {
-  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::Pick);
+  return ServeUnaryLater(ctx_, ctx, in, out, this, &DecisionService::StartPick);
 }
 
 grpc::ServerUnaryReactor* DecisionService::ReportOutcome(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -144,21 +143,29 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* DecisionService::StreamOutcomes(grpc:
 }
 
 absl::Status DecisionService::Pick(const PickTargetRequest& req, PickTargetResponse* resp) {
-  ASSIGN_OR_RETURN(const PickRequest pick, PickFromProto(req));
+  return WaitForAnswer([&](Answer answer) { StartPick(req, resp, std::move(answer)); });
+}
+
+void DecisionService::StartPick(const PickTargetRequest& req, PickTargetResponse* resp, Answer answer) {
+  absl::StatusOr<PickRequest> pick = PickFromProto(req);
+  if (!pick.ok()) return answer(pick.status());
   Plan plan;
   Events events;
   const absl::Time started = absl::Now();
   Committer::Scope changes(ctx_.committer);
-  const absl::Status status = ctx_.engine->Pick(pick, ctx_.clock->Now(), &plan, &events);
+  const absl::Status status = ctx_.engine->Pick(*pick, ctx_.clock->Now(), &plan, &events);
   if (ctx_.metrics != nullptr) {
-    ctx_.metrics->OnPick(pick.chain, status.code() != absl::StatusCode::kNotFound, status.ok(), absl::Now() - started);
+    ctx_.metrics->OnPick(pick->chain, status.code() != absl::StatusCode::kNotFound, status.ok(), absl::Now() - started);
   }
-  RETURN_IF_ERROR(status);
-  // The plan is given even when a change it made could not be saved
-  // (DESIGN 3.14, invariant 6).
-  if (const absl::Status saved = changes.Await(); !saved.ok()) resp->set_not_saved(std::string(saved.message()));
+  if (!status.ok()) return answer(status);
   PlanToProto(plan, resp);
-  return absl::OkStatus();
+  // A pick rarely changes state (a cooldown ended); then it answers once
+  // that is saved, from the committer. The plan is given even when the
+  // change could not be saved (DESIGN 3.14, invariant 6).
+  changes.AwaitThen([resp, answer = std::move(answer)](absl::Status saved) {
+    if (!saved.ok()) resp->set_not_saved(std::string(saved.message()));
+    answer(absl::OkStatus());
+  });
 }
 
 void DecisionService::TraceCheck(const AcceptedCheck& check, absl::Time now) {
@@ -249,10 +256,7 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
 }
 
 absl::Status DecisionService::Report(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed) {
-  std::promise<absl::Status> answered;
-  std::future<absl::Status> answer = answered.get_future();
-  StartReport(req, resp, relayed, [&answered](absl::Status status) { answered.set_value(std::move(status)); });
-  return answer.get();
+  return WaitForAnswer([&](Answer answer) { StartReport(req, resp, relayed, std::move(answer)); });
 }
 
 void DecisionService::StartReport(const ReportOutcomeRequest& req, ReportOutcomeResponse* resp, bool relayed,

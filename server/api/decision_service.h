@@ -41,14 +41,16 @@ class DecisionService final : public DecisionServiceBase {
                                                           const grpc::ByteBuffer* request) override;
 
   // The handlers without the call around them (the fuzzers call these).
+  // Each waits for its answer; the Start forms are the same without waiting
+  // (see StartReport).
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
+  void StartPick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp, Answer answer);
   absl::Status DoProbe(const failover::v1::ProbeRequest& req, failover::v1::ProbeResponse* resp);
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp) {
     return Report(req, resp, /*relayed=*/false);
   }
   // `relayed`: passed on by a cluster follower, which answered the caller and
   // counted it in its own metrics; here it is only counted toward health.
-  // Waits for the answer; StartReport is the same without waiting.
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp,
                       bool relayed);
   // Judges and counts the outcome now, and calls `answer` once `resp` is

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -126,6 +127,15 @@ grpc::ServerUnaryReactor* ServeUnary(const ServiceContext& context, Role role, g
 
 // The answer to a call that may come after its handler returned.
 using Answer = std::function<void(absl::Status)>;
+
+// Runs `start` (a handler that answers later) and waits for its answer.
+template <class Start>
+absl::Status WaitForAnswer(Start start) {
+  std::promise<absl::Status> answered;
+  std::future<absl::Status> answer = answered.get_future();
+  start([&answered](absl::Status status) { answered.set_value(std::move(status)); });
+  return answer.get();
+}
 
 // ServeUnary for a decide call whose handler answers later: it calls its
 // Answer exactly once, on any thread, when the Response is final (say, once

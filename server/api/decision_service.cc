@@ -162,6 +162,7 @@ void DecisionService::StartPick(const PickTargetRequest& req, PickTargetResponse
   // A pick rarely changes state (a cooldown ended); then it answers once
   // that is saved, from the committer. The plan is given even when the
   // change could not be saved (DESIGN 3.14, invariant 6).
+  if (!changes.changed()) return answer(absl::OkStatus());
   changes.AwaitThen([resp, answer = std::move(answer)](absl::Status saved) {
     if (!saved.ok()) resp->set_not_saved(std::string(saved.message()));
     answer(absl::OkStatus());
@@ -326,13 +327,21 @@ void DecisionService::CountAndAnswer(const ReportOutcomeRequest& req, ReportRequ
   // this outcome made that could not be saved is named in the answer, and the
   // verdict stands; failoverd refuses further changes until it can save. The
   // answer goes once the change is durable, from the committer's thread.
+  if (!changes.changed()) {  // most reports: nothing to wait for, no hand-off
+    return Settle(resp, absl::OkStatus(), std::move(traced), std::move(to_leader), std::move(answer));
+  }
   changes.AwaitThen([this, resp, traced = std::move(traced), to_leader = std::move(to_leader),
                      answer = std::move(answer)](absl::Status saved) mutable {
-    if (!saved.ok()) resp->set_not_saved(std::string(saved.message()));
-    if (traced) ctx_.trace->Add(std::move(*traced));
-    if (to_leader) ctx_.leader->Relay(std::move(*to_leader));
-    answer(absl::OkStatus());
+    Settle(resp, std::move(saved), std::move(traced), std::move(to_leader), std::move(answer));
   });
+}
+
+void DecisionService::Settle(ReportOutcomeResponse* resp, absl::Status saved, std::optional<TraceEntry> traced,
+                             std::optional<ReportOutcomeRequest> to_leader, Answer answer) {
+  if (!saved.ok()) resp->set_not_saved(std::string(saved.message()));
+  if (traced) ctx_.trace->Add(std::move(*traced));
+  if (to_leader) ctx_.leader->Relay(std::move(*to_leader));
+  answer(absl::OkStatus());
 }
 
 }  // namespace failover::api

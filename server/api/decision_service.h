@@ -1,6 +1,8 @@
 // gRPC adapter for failover.v1.DecisionService.
 #pragma once
 
+#include <optional>
+
 #include "failover/v1/decision.grpc.pb.h"
 #include "server/api/change_feed.h"
 #include "server/api/report_ids.h"
@@ -69,6 +71,9 @@ class DecisionService final : public DecisionServiceBase {
   void CountAndAnswer(const failover::v1::ReportOutcomeRequest& req, ReportRequest report,
                       failover::v1::ReportOutcomeResponse* resp, bool relayed, bool follower, bool relay_after,
                       Answer answer);
+  // Ends a report once what it changed is saved (or was not: `saved`).
+  void Settle(failover::v1::ReportOutcomeResponse* resp, absl::Status saved, std::optional<TraceEntry> traced,
+              std::optional<failover::v1::ReportOutcomeRequest> to_leader, Answer answer);
   // Records a check result the engine took in the outcome trace.
   void TraceCheck(const AcceptedCheck& check, absl::Time now);
   ServiceContext ctx_;

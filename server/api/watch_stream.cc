@@ -51,6 +51,22 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
       return FinishLocked(ToGrpcStatus(s));
     }
   }
+  // The opening waits until what was answered is published (up to 2 s behind
+  // a slow write) and may read thousands of stored events: work for the call
+  // pool, not for gRPC's few callback threads, which also answer decisions.
+  Ref();
+  auto open = [this, request] {
+    Open(request);
+    Unref();
+  };
+  if (ctx_.blocking == nullptr || !ctx_.blocking->Submit(open)) open();
+}
+
+void WatchStream::Open(const v1::WatchEventsRequest& request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;  // cancelled while it waited for a thread
+  }
   // What was answered before this call opened is published first, so its
   // events are in the snapshot and not also live after it.
   if (ctx_.committer != nullptr) ctx_.committer->AwaitPublished(absl::Seconds(2));
@@ -62,12 +78,23 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
     return FinishLocked(ToGrpcStatus(subscribed.status()));
   }
   const uint64_t last = *subscribed;
-  subscribed_ = true;
-  // Headers now, marked: the client learns the stream was accepted even when
-  // nothing is sent for a while (a resume with no newer events). A refused
-  // stream ends with trailers only, which carry no such mark.
-  call_->AddInitialMetadata(kWatchAcceptedHeader, "1");
-  StartSendInitialMetadata();
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    subscribed_ = true;
+    done = done_;
+    if (!finished_) {
+      // Headers now, marked: the client learns the stream was accepted even
+      // when nothing is sent for a while (a resume with no newer events). A
+      // refused stream ends with trailers only, which carry no such mark.
+      call_->AddInitialMetadata(kWatchAcceptedHeader, "1");
+      StartSendInitialMetadata();
+    }
+  }
+  if (done) {  // the call ended meanwhile and OnDone found nothing to unsubscribe
+    ctx_.events->Unsubscribe(this);
+    return;
+  }
   worker_->EnsureRunning();  // its stall checks cover this watcher from now on
   if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   // The opening: the stored events after the requested sequence, or a snapshot.
@@ -91,6 +118,7 @@ void WatchStream::Begin(const v1::WatchEventsRequest& request) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;  // cancelled meanwhile: OnDone unsubscribes
   if (!serialized.ok()) return FinishLocked(ToGrpcStatus(serialized));
   last_seen_ = std::max(last_seen_, last);
   out_.Open();
@@ -297,8 +325,15 @@ void WatchStream::FinishLocked(const grpc::Status& status) {
 }
 
 void WatchStream::OnDone() {
-  // After Unsubscribe no Deliver can start, and none is running (it holds the log's lock).
-  if (subscribed_) {
+  // After Unsubscribe no Deliver can start, and none is running (it holds the
+  // log's lock). Not subscribed yet: Open unsubscribes once it has.
+  bool subscribed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    subscribed = subscribed_;
+  }
+  if (subscribed) {
     ctx_.events->Unsubscribe(this);
     if (ctx_.metrics != nullptr) ctx_.metrics->SetWatchers(ctx_.events->watcher_count());
   }

@@ -68,7 +68,10 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
 
   WatchStream(const ServiceContext& ctx, const WatchOptions& options, WatchWorker* worker,
               grpc::CallbackServerContext* call, const failover::v1::WatchEventsRequest& request);
+  // Checks the request, then opens the stream from the call pool.
   void Begin(const failover::v1::WatchEventsRequest& request);
+  // Subscribes and queues the opening: a replay or a snapshot request.
+  void Open(const failover::v1::WatchEventsRequest& request);
   bool Matches(const Event& e) const;
   void RequestSnapshotLocked(bool resync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SnapshotReady(std::shared_ptr<const SnapshotParts> parts);
@@ -86,7 +89,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   absl::flat_hash_set<std::string> chains_;
   absl::flat_hash_set<std::string> targets_;
   const bool include_shadow_;
-  // gRPC's reference (until OnDone) plus one per pending snapshot or drop.
+  // gRPC's reference (until OnDone) plus one per pending opening, snapshot or drop.
   std::atomic<int> refs_{1};
 
   std::mutex mu_;
@@ -101,7 +104,10 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool dropping_ ABSL_GUARDED_BY(mu_) = false;
-  bool subscribed_ = false;
+  // Subscribed (by Open) and done (OnDone ran): whichever comes second
+  // unsubscribes, so a call cancelled while it opened leaves no watcher behind.
+  bool subscribed_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace failover::api

@@ -1084,13 +1084,63 @@ TEST_F(ClusterTest, PicksGoOnWhileTripsWaitForEtcd) {
   for (int k = 0; k < kTrips; ++k) EXPECT_EQ(Pick(0, "k" + std::to_string(k)).active_target(), "a");
 }
 
+// Nor do watchers opening meanwhile: an opening first waits (up to 2 s) until
+// what was answered is published, which a stuck write delays. That wait was
+// on gRPC's callback threads, so two watchers opening stalled every decision.
+// A watcher that hangs up during its opening leaves no subscription behind.
+TEST_F(ClusterTest, PicksGoOnWhileWatchersOpenBehindAStuckWrite) {
+  constexpr int kWatchers = 4;
+  EtcdProxy proxy(FirstMember());
+  HeldLogWrites held(&proxy, this);
+  ASSERT_NO_FATAL_FAILURE(LeadAloneThrough(&proxy, {"--metrics-listen", "127.0.0.1:0"}));
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok());
+  auto watchers_gauge = [this] {
+    const std::string metrics = HttpGet(proc(0).MetricsPort(), "/metrics");
+    const size_t at = metrics.find("\nfailover_watchers ");
+    return at == std::string::npos ? std::string("?") : metrics.substr(at + 19, metrics.find('\n', at + 1) - at - 19);
+  };
+  held.Arm();
+  std::thread pin([&] { EXPECT_TRUE(Pin(0, "b").ok()); });
+  ASSERT_TRUE(held.Holding());
+  // One connection: the watchers' calls reach failoverd before the pick.
+  auto stub = Decide(0);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::Event>>> watchers;
+  for (int w = 0; w <= kWatchers; ++w) {
+    contexts.push_back(Ctx(10));
+    watchers.push_back(stub->WatchEvents(contexts.back().get(), v1::WatchEventsRequest()));
+  }
+  v1::PickTargetRequest req;
+  req.set_chain("ch");
+  v1::PickTargetResponse plan;
+  const grpc::Status picked = stub->PickTarget(Ctx().get(), req, &plan);
+  contexts.back()->TryCancel();  // the last hangs up before its opening
+  EXPECT_EQ(watchers.back()->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const bool answered_while_held = held.Release();
+  pin.join();
+  EXPECT_TRUE(picked.ok()) << picked.error_message();
+  EXPECT_TRUE(answered_while_held) << "PickTarget waited behind the watchers' openings";
+  for (int w = 0; w < kWatchers; ++w) {
+    v1::Event opening;
+    EXPECT_TRUE(watchers[static_cast<size_t>(w)]->Read(&opening)) << "watcher " << w << " got no opening";
+  }
+  std::string gauge;
+  EXPECT_TRUE(Within(5, [&] { return (gauge = watchers_gauge()) == std::to_string(kWatchers); })) << gauge;
+  for (int w = 0; w < kWatchers; ++w) {
+    contexts[static_cast<size_t>(w)]->TryCancel();
+    (void)watchers[static_cast<size_t>(w)]->Finish();
+  }
+  EXPECT_TRUE(Within(5, [&] { return (gauge = watchers_gauge()) == "0"; })) << gauge;
+  EXPECT_TRUE(Within(5, [&] { return Pinned(0) == "b"; }));
+}
+
 // A history check in Jepsen's manner, kept lean for CI: three replicas under
 // admin writes and failure reports, at replicas picked at random, while the
-// leader is killed (and restarted) and paused past its lease. Afterwards:
-// each chain's pin is what its last acknowledged write set (or a later write
-// whose answer was lost), every replica agrees with the leader, and a watcher
-// that resumed on whichever replica was up saw one numbered history without a
-// gap or a repeat.
+// leader is killed (and restarted) and paused past its lease, and an etcd
+// member is cut. Afterwards: each chain's pin is what its last acknowledged
+// write set (or a later write whose answer was lost), every replica agrees
+// with the leader, and a watcher that resumed on whichever replica was up saw
+// one numbered history without a gap or a repeat.
 TEST_F(ClusterTest, UnderKillsAndPausesAcknowledgedWritesStayAndTheHistoryIsOne) {
   constexpr int kChains = 6;
   v1::ApplyRequest config = Config(3);
@@ -1239,6 +1289,14 @@ TEST_F(ClusterTest, UnderKillsAndPausesAcknowledgedWritesStayAndTheHistoryIsOne)
     ASSERT_GE(leader_, 0) << "round " << round << ": no leader after a pause";
     EXPECT_TRUE(Within(10, [&] { return Status(old).role() == ClusterStatus::ROLE_FOLLOWER; }));
     set_away(old, false);
+    // An etcd member is cut (the first round the one the replicas list
+    // first) and comes back; the other two keep a quorum meanwhile.
+    const int member = round % etcd_->size();
+    etcd_->Kill(member);
+    ASSERT_TRUE(progress(10)) << "round " << round << ": no write acknowledged with etcd member " << member << " cut";
+    std::string error;
+    ASSERT_TRUE(etcd_->Restart(member, &error)) << error;
+    ASSERT_TRUE(etcd_->WaitHealthy(15)) << "etcd member " << member << " did not rejoin";
   }
   ASSERT_TRUE(progress(5));
   stop = true;

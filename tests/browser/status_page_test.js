@@ -231,10 +231,16 @@ async function main() {
     console.log('ok   events show ' + stamp + ' and filter by kind and name');
 
     // A pin from the page: refused with the decide token, done with an admin token.
-    const pin = async () => {
-      await page.select('#chains tr[data-chain="batch-llm"] select', 'gemma-local');
-      await page.click('#chains tr[data-chain="batch-llm"] button[data-key="pin:batch-llm"]');
-    };
+    // Chosen and clicked in one turn of the page's event loop: the table is
+    // rebuilt on every event and every 15 s, and a button found in one build
+    // is detached by the next (puppeteer then refuses to click it).
+    const pin = () => page.evaluate(() => {
+      const row = document.querySelector('#chains tr[data-chain="batch-llm"]');
+      const select = row.querySelector('select');
+      select.value = 'gemma-local';
+      select.dispatchEvent(new Event('change', {bubbles: true}));
+      row.querySelector('button[data-key="pin:batch-llm"]').click();
+    });
     await pin();
     await page.waitForFunction(() => document.getElementById('message').textContent.includes('admin token'),
                                {timeout: 5000});

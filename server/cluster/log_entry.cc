@@ -50,8 +50,6 @@ std::string Keys::Replica(absl::string_view address) const { return absl::StrCat
 
 std::string Keys::ReplicasEnd() const { return RangeEndOf(ReplicasPrefix()); }
 
-std::string Keys::PrefixEnd() const { return RangeEndOf(prefix_ + "/"); }
-
 std::optional<uint64_t> Keys::IndexOf(absl::string_view key) const {
   const std::string log = LogPrefix();
   if (!absl::StartsWith(key, log)) return std::nullopt;

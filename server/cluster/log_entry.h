@@ -21,6 +21,8 @@ class Keys {
  public:
   explicit Keys(std::string prefix);
   const std::string& prefix() const { return prefix_; }
+  // The leader key and the log sort next to each other, with no other key
+  // between: a follower watches exactly that range.
   std::string Leader() const { return prefix_ + "/leader"; }
   std::string LogPrefix() const { return prefix_ + "/log/"; }
   std::string Log(uint64_t index) const;
@@ -34,8 +36,6 @@ class Keys {
   std::string Replica(absl::string_view address) const;
   std::string ReplicasPrefix() const { return prefix_ + "/replicas/"; }
   std::string ReplicasEnd() const;
-  // The end of the whole prefix's key range.
-  std::string PrefixEnd() const;
   // The index in a log key; nullopt for any other key.
   std::optional<uint64_t> IndexOf(absl::string_view key) const;
 

@@ -136,9 +136,12 @@ void Replica::RunLog() {
       }
       continue;
     }
+    // The leader key and the log, which sort next to each other, and nothing
+    // else: a snapshot (the whole state, in parts) is read when one is
+    // needed, so writing it does not stream the state to every replica.
     etcdpb::WatchCreateRequest create;
-    create.set_key(keys_.prefix() + "/");
-    create.set_range_end(keys_.PrefixEnd());
+    create.set_key(keys_.Leader());
+    create.set_range_end(keys_.LogEnd());
     create.set_start_revision(revision + 1);
     absl::StatusOr<std::unique_ptr<EtcdClient::Watch>> started = etcd_->StartWatch(create);
     if (!started.ok()) {

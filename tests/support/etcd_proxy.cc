@@ -1,5 +1,6 @@
 #include "tests/support/etcd_proxy.h"
 
+#include <map>
 #include <thread>
 
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
@@ -22,6 +23,10 @@ class EtcdProxy::Services final : public etcdpb::KV::Service,
   void SetHook(Hook hook) {
     std::lock_guard<std::mutex> lock(mu_);
     hook_ = std::move(hook);
+  }
+  std::map<std::string, int> WatchedKeys() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watched_;
   }
 
   grpc::Status Range(grpc::ServerContext* c, const etcdpb::RangeRequest* q, etcdpb::RangeResponse* r) override {
@@ -57,11 +62,16 @@ class EtcdProxy::Services final : public etcdpb::KV::Service,
   grpc::Status LeaseKeepAlive(
       grpc::ServerContext* c,
       grpc::ServerReaderWriter<etcdpb::LeaseKeepAliveResponse, etcdpb::LeaseKeepAliveRequest>* down) override {
-    return Pipe(c, down, [&](grpc::ClientContext* up) { return lease_->LeaseKeepAlive(up); });
+    return Pipe(c, down, [&](grpc::ClientContext* up) { return lease_->LeaseKeepAlive(up); },
+                [](const etcdpb::LeaseKeepAliveResponse&) {});
   }
   grpc::Status Watch(grpc::ServerContext* c,
                      grpc::ServerReaderWriter<etcdpb::WatchResponse, etcdpb::WatchRequest>* down) override {
-    return Pipe(c, down, [&](grpc::ClientContext* up) { return watch_->Watch(up); });
+    return Pipe(c, down, [&](grpc::ClientContext* up) { return watch_->Watch(up); },
+                [this](const etcdpb::WatchResponse& r) {
+                  std::lock_guard<std::mutex> lock(mu_);
+                  for (const auto& e : r.events()) ++watched_[e.kv().key()];
+                });
   }
 
  private:
@@ -98,9 +108,11 @@ class EtcdProxy::Services final : public etcdpb::KV::Service,
   }
 
   // A stream both ways: the caller's messages to etcd on a thread of its own,
-  // etcd's back to the caller here, until either side ends.
-  template <class Request, class Response, class Open>
-  grpc::Status Pipe(grpc::ServerContext* down_context, grpc::ServerReaderWriter<Response, Request>* down, Open open) {
+  // etcd's back to the caller here (each shown to `seen` first), until either
+  // side ends.
+  template <class Request, class Response, class Open, class Seen>
+  grpc::Status Pipe(grpc::ServerContext* down_context, grpc::ServerReaderWriter<Response, Request>* down, Open open,
+                    Seen seen) {
     std::unique_ptr<grpc::ClientContext> up_context = Upstream(down_context);
     std::unique_ptr<grpc::ClientReaderWriter<Request, Response>> up = open(up_context.get());
     std::thread to_etcd([&] {
@@ -112,6 +124,7 @@ class EtcdProxy::Services final : public etcdpb::KV::Service,
     });
     Response response;
     while (up->Read(&response)) {
+      seen(response);
       if (!down->Write(response)) break;
     }
     up_context->TryCancel();
@@ -124,7 +137,8 @@ class EtcdProxy::Services final : public etcdpb::KV::Service,
   std::unique_ptr<etcdpb::Lease::Stub> lease_;
   std::unique_ptr<etcdpb::Watch::Stub> watch_;
   std::mutex mu_;
-  Hook hook_;  // guarded by mu_
+  Hook hook_;                           // guarded by mu_
+  std::map<std::string, int> watched_;  // guarded by mu_
 };
 
 EtcdProxy::EtcdProxy(std::string upstream) : services_(std::make_unique<Services>(upstream)) {}
@@ -144,5 +158,7 @@ bool EtcdProxy::Start() {
 }
 
 void EtcdProxy::SetHook(Hook hook) { services_->SetHook(std::move(hook)); }
+
+std::map<std::string, int> EtcdProxy::WatchedKeys() const { return services_->WatchedKeys(); }
 
 }  // namespace failover::testing

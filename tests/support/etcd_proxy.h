@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,8 @@ class EtcdProxy {
   bool Start();
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   void SetHook(Hook hook);
+  // Every key etcd's watches sent through the proxy (puts and deletes), with how often.
+  std::map<std::string, int> WatchedKeys() const;
 
   class Services;  // the etcd services, in etcd_proxy.cc
 

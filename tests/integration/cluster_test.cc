@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -1760,6 +1761,40 @@ TEST_F(ClusterTest, TheLogStaysShortAndAReplicaFarBehindStartsFromTheSnapshot) {
   const grpc::Status gap = Admin(away)->ListEvents(Ctx().get(), after, &listed);
   EXPECT_EQ(gap.error_code(), grpc::StatusCode::OUT_OF_RANGE) << listed.DebugString();
   EXPECT_THAT(gap.error_message(), HasSubstr("after_sequence: event"));
+}
+
+// A follower's etcd watch carries what it applies (the log, the leader key)
+// and nothing else: a snapshot the leader writes (the whole state, in parts)
+// and the replicas' cards are read when needed, not streamed to every replica.
+TEST_F(ClusterTest, AFollowersWatchCarriesTheLogButNoSnapshot) {
+  for (int i = 0; i < kReplicas; ++i) proc(i).Stop(SIGTERM);
+  ASSERT_NO_FATAL_FAILURE(StartReplica(0, {"--etcd-log-keep", "4"}));
+  ASSERT_TRUE(Within(10, [&] { return Status(0).role() == ClusterStatus::ROLE_LEADER; }));
+  leader_ = 0;
+  EtcdProxy proxy(FirstMember());
+  ASSERT_TRUE(proxy.Start());
+  ASSERT_NO_FATAL_FAILURE(StartReplica(1, {"--etcd-log-keep", "4"}, "", proxy.address()));
+  ASSERT_TRUE(ApplyConfig(Admin(0).get(), Config(1)).ok());
+  for (int round = 0; round < 10; ++round) ASSERT_TRUE(Pin(0, round % 2 == 0 ? "b" : "a").ok());
+  etcdserverpb::RangeRequest pointer;
+  pointer.set_key(prefix_ + "/snapshot");
+  ASSERT_TRUE(Within(10, [&] {
+    etcdserverpb::RangeResponse found;
+    return Kv()->Range(Ctx().get(), pointer, &found).ok() && found.kvs_size() == 1;
+  })) << "the leader wrote no snapshot";
+  ASSERT_TRUE(Within(10, [&] { return Status(1).applied_index() == Status(0).applied_index(); }));
+  EXPECT_EQ(Pinned(1), "a");
+  int log_keys = 0;
+  std::vector<std::string> others;
+  for (const auto& [key, times] : proxy.WatchedKeys()) {
+    if (absl::StartsWith(key, prefix_ + "/log/")) {
+      ++log_keys;
+    } else if (key != prefix_ + "/leader") {
+      others.push_back(key);
+    }
+  }
+  EXPECT_GT(log_keys, 0) << "the follower's watch went elsewhere";
+  EXPECT_THAT(others, ::testing::IsEmpty());
 }
 
 // etcd with TLS (client certificates required) and users: failoverd reaches

@@ -12,6 +12,8 @@ pid=""
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2> /dev/null && wait "$pid" 2> /dev/null
   jobs -p | xargs -r kill 2> /dev/null || true
+  # The quick start's watch outlives its shell (it reconnects for ever).
+  [ -s "$work/watch.pid" ] && kill "$(cat "$work/watch.pid")" 2> /dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,7 +40,7 @@ port="$(cat "$work/port")"
 awk '/^## Quick start with failoverctl/ {section=1} section && /^```sh$/ {inblock=1; next} inblock && /^```$/ {exit} inblock' \
   README.md > "$work/quickstart.sh"
 [ -s "$work/quickstart.sh" ] || { echo "no quick start block in README"; exit 1; }
-sed -i "s/127\.0\.0\.1:50051/127.0.0.1:$port/; s#\$PWD/build/client#$build/client#; s#failoverctl watch --chain assistant-llm &#failoverctl watch --chain assistant-llm > $work/watch.out \&#" \
+sed -i "s/127\.0\.0\.1:50051/127.0.0.1:$port/; s#\$PWD/build/client#$build/client#; s#failoverctl watch --chain assistant-llm &#failoverctl watch --chain assistant-llm > $work/watch.out \& echo \$! > $work/watch.pid#" \
   "$work/quickstart.sh"
 echo "--- running the quick start:"; cat "$work/quickstart.sh"; echo "---"
 bash -e "$work/quickstart.sh" > "$work/out" 2>&1 || { cat "$work/out"; echo "the quick start failed"; exit 1; }

@@ -1,6 +1,9 @@
 #include "server/cluster/replica.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
@@ -119,9 +122,17 @@ void Replica::ListReplicas() {
   absl::StatusOr<etcdpb::RangeResponse> read = etcd_->Range(every);
   if (!read.ok()) return NoteEtcd(read.status());
   std::vector<ReplicaCard> replicas;
+  std::set<std::string> addresses = {advertise_};
   for (const mvccpb::KeyValue& kv : read->kvs()) {
-    if (HeldByALease(kv)) replicas.push_back(DecodeCard(keys_, kv.key(), kv.value()));
+    if (!HeldByALease(kv)) continue;
+    replicas.push_back(DecodeCard(keys_, kv.key(), kv.value()));
+    addresses.insert(replicas.back().address);
   }
+  // Every replica ranks the same cards alike, so their parts of an rpm cap add
+  // up to the cap (for a moment after one joins or leaves, the ranks may
+  // disagree until each has listed again).
+  const auto rank = static_cast<uint32_t>(std::distance(addresses.begin(), addresses.find(advertise_)));
+  engine_->SetRpmShare(rank, static_cast<uint32_t>(addresses.size()));
   std::lock_guard<std::mutex> lock(mu_);
   replicas_ = std::move(replicas);
 }

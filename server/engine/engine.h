@@ -459,6 +459,14 @@ class Engine {
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> ProbeNow(absl::string_view target);
   size_t OutstandingLeases(absl::Time now) const;
 
+  // --- rpm caps across replicas (DESIGN 3.12) ---
+  // This process plans its part of every `limits.rpm`: of `replicas` sharing
+  // the caps, the one ranked `rank` (0-based) gets cap / replicas, plus one
+  // while rank < cap % replicas, so the parts add up to the cap. One process
+  // alone (the default, and a client deciding locally) has the whole cap.
+  void SetRpmShare(uint32_t rank, uint32_t replicas);
+  static uint32_t RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas);
+
   // --- views ---
   uint64_t generation() const;
   std::shared_ptr<const Snapshot> snapshot() const;
@@ -540,7 +548,7 @@ class Engine {
                                    uint64_t exclude_mask, const std::string& session_key, bool for_next,
                                    absl::InlinedVector<PlannedAttempt, 8>* out);
   static void CountRequest(const TargetEntry& target, absl::Time now);
-  static bool Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now);
+  bool Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) const;
   // least_latency's first attempt among `eligible` (chain lock held).
   static int LeastLatencyFirst(const ChainEntry& chain, uint64_t eligible);
 
@@ -558,6 +566,7 @@ class Engine {
   const EngineOptions options_;
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};
+  std::atomic<uint64_t> rpm_share_{1};  // replicas << 32 | rank: read in one load
   std::unique_ptr<DecisionStore> decisions_;
 
   // Lock order: writer_mu_, then a target or chain lock, then nothing.

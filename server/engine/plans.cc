@@ -17,11 +17,24 @@ namespace failover {
 
 using namespace internal;  // NOLINT: the engine's own helpers
 
-bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) {
-  if (limit_rpm == 0) return false;
+void Engine::SetRpmShare(uint32_t rank, uint32_t replicas) {
+  replicas = std::max<uint32_t>(replicas, 1);
+  rpm_share_.store(uint64_t{replicas} << 32 | std::min(rank, replicas - 1), std::memory_order_relaxed);
+}
+
+uint32_t Engine::RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas) {
+  if (replicas <= 1) return cap;
+  return cap / replicas + (rank < cap % replicas ? 1 : 0);
+}
+
+bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) const {
+  if (limit_rpm == 0) return false;  // no cap
+  const uint64_t share = rpm_share_.load(std::memory_order_relaxed);
+  const uint32_t mine = RpmShare(limit_rpm, static_cast<uint32_t>(share), static_cast<uint32_t>(share >> 32));
+  if (mine == 0) return true;  // a cap smaller than the cluster: other replicas plan it
   const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
   return rt.rpm_minute.load(std::memory_order_relaxed) == minute &&
-         rt.rpm_count.load(std::memory_order_relaxed) >= limit_rpm;
+         rt.rpm_count.load(std::memory_order_relaxed) >= mine;
 }
 
 void Engine::CountRequest(const TargetEntry& t, absl::Time now) {

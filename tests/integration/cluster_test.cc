@@ -1581,6 +1581,42 @@ TEST_F(ClusterTest, ARateLimitMetThroughOneReplicaHoldsTheTargetOnEvery) {
   })) << "leader " << held_until(leader_) << ", followers " << held_until(f1) << " / " << held_until(f2);
 }
 
+TEST_F(ClusterTest, AnRpmCapIsSharedByTheReplicasNotPlannedByEach) {
+  constexpr uint32_t kCap = 7;
+  v1::ApplyRequest config = Config(1000);
+  config.mutable_targets(0)->mutable_limits()->set_rpm(kCap);
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
+  // Each replica takes its part once it has listed the others.
+  for (int i = 0; i < kReplicas; ++i) {
+    ASSERT_TRUE(Within(10, [&] { return Status(i).replicas_size() == kReplicas; })) << "replica " << i;
+  }
+  // More picks on every replica than the whole cap: together they plan "a"
+  // first exactly kCap times in a minute. Caps count per wall-clock minute, so
+  // a round starts early in a minute no round has used; one that runs into the
+  // next minute is taken again.
+  auto minute_now = [] { return absl::ToUnixSeconds(absl::Now()) / 60; };
+  std::vector<int> planned;
+  int64_t used = -1;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(Within(70, [&] { return minute_now() > used && absl::ToUnixSeconds(absl::Now()) % 60 < 45; }));
+    const int64_t minute = minute_now();
+    planned.assign(kReplicas, 0);
+    for (int i = 0; i < kReplicas; ++i) {
+      for (uint32_t k = 0; k < kCap + 3; ++k) {
+        const v1::PickTargetResponse plan = Pick(i);
+        if (plan.attempts_size() > 0 && plan.attempts(0).target() == "a") ++planned[static_cast<size_t>(i)];
+      }
+    }
+    used = minute_now();
+    if (used == minute) break;
+  }
+  EXPECT_EQ(planned[0] + planned[1] + planned[2], static_cast<int>(kCap))
+      << "replicas planned a first " << planned[0] << ", " << planned[1] << " and " << planned[2] << " times";
+  std::vector<int> parts = planned;
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, (std::vector<int>{2, 2, 3})) << "the cap is not split evenly";
+}
+
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   for (int i = 0; i < kReplicas; ++i) ASSERT_TRUE(Within(5, [&] { return Active(i) == "a"; }));

@@ -518,6 +518,31 @@ TEST_F(EngineTest, RpmCapSkipsASaturatedTargetWithoutTrippingIt) {
   EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
 }
 
+TEST_F(EngineTest, ReplicasSplitAnRpmCapSoThePartsAddUpToIt) {
+  for (uint32_t cap : {1u, 2u, 7u, 60u, 1000u}) {
+    for (uint32_t replicas : {1u, 2u, 3u, 5u, 64u}) {
+      uint32_t sum = 0;
+      for (uint32_t rank = 0; rank < replicas; ++rank) sum += Engine::RpmShare(cap, rank, replicas);
+      EXPECT_EQ(sum, cap) << cap << " rpm over " << replicas << " replicas";
+    }
+  }
+  TargetConfig a = Target("a");
+  a.limit_rpm = 5;
+  ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
+  engine_.SetRpmShare(1, 3);  // 5 over 3: ranks 0 and 1 plan 2, rank 2 plans 1
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
+  engine_.SetRpmShare(0, 6);  // a cap smaller than the cluster: rank 5 has none, rank 0 one
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));  // two this minute already
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
+  engine_.SetRpmShare(5, 6);
+  now_ += absl::Minutes(1);
+  EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
+}
+
 // --- strategies --------------------------------------------------------------
 
 TEST_F(EngineTest, WeightedRoundRobinFollowsTheWeights) {

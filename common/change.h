@@ -55,6 +55,12 @@ struct ManualFailoverRecord {
   absl::Time since = absl::InfinitePast();
 };
 
+// A report (by its id: sender and sequence) whose counting made a Change.
+struct CountedReport {
+  std::string sender;
+  uint64_t sequence = 0;
+};
+
 struct Change {
   // Config: set when the change bumps the generation.
   uint64_t config_generation = 0;
@@ -74,6 +80,10 @@ struct Change {
   // Cluster mode (DESIGN 3.12): the Change's place in the replicated log, from
   // 1 without gaps. 0 on a single node.
   uint64_t log_index = 0;
+  // The reports whose counting made this Change (a trip, a recovery), carried
+  // in the cluster's log so that the next leader counts a resend of them as
+  // counted already (DESIGN 3.14, invariant 4). Not stored on a single node.
+  std::vector<CountedReport> counted_reports;
 };
 
 // What storage hands back at start: the sum of every Change stored.

@@ -67,6 +67,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (change->log_index != 7) __builtin_trap();
+  for (const failover::CountedReport& r : change->counted_reports) {  // what the report-id window keeps
+    if (r.sender.empty() || r.sender.size() > 64 || !failover::IsValidUtf8(r.sender) || r.sequence == 0) {
+      __builtin_trap();
+    }
+  }
   const absl::Status applied = engine.ApplyChange(*change, kNow);
   const std::string after = Describe(engine);
   if (!applied.ok()) {

@@ -24,6 +24,7 @@
 #include "server/api/metrics.h"
 #include "server/api/outcome_trace.h"
 #include "server/api/release_memory.h"
+#include "server/api/report_ids.h"
 #include "server/api/service_context.h"
 #include "server/cluster/replica.h"
 #include "server/committer/committer.h"
@@ -227,6 +228,12 @@ absl::Status Daemon::Start() {
       log_applies_ = applies;
       UpdateServingLocked();
     });
+    // The reports behind each Change the log brings count nothing again here
+    // (a follower's relay sent again after the leader that counted it died).
+    report_ids_ = std::make_unique<api::ReportIdWindow>();
+    replica_->SetCountedReportsHook([ids = report_ids_.get()](const std::vector<CountedReport>& counted) {
+      for (const CountedReport& r : counted) ids->FirstTime(r.sender, r.sequence);
+    });
     replica_->Prepare(restored_index, committer_.get(), changes_.get(), absl::Seconds(5));
     replica_metrics_ = std::make_shared<cluster::ReplicaCollector>(replica_.get());
   }
@@ -292,6 +299,7 @@ absl::Status Daemon::Start() {
   };
   context.auth = auth_.get();
   context.leader = replica_.get();
+  context.report_ids = report_ids_.get();  // null on a single node: the service keeps its own
   // Enough for every admin caller a deployment has at once; beyond the queue
   // a change is refused (RESOURCE_EXHAUSTED) rather than held without bound.
   blocking_ = std::make_unique<api::BlockingCalls>(16, 10000);

@@ -45,6 +45,7 @@ class HealthService;
 class Metrics;
 class OutcomeTrace;
 class ProcessCollector;
+class ReportIdWindow;
 class ShadowCollector;
 class StateCollector;
 }  // namespace api
@@ -91,6 +92,8 @@ class Daemon {
   std::unique_ptr<api::EventLog> events_;
   std::unique_ptr<api::ChangeFeed> changes_;  // FollowState
   std::unique_ptr<Committer> committer_;
+  // Cluster mode: shared by the decision service and the replica's log follower (outlives both).
+  std::unique_ptr<api::ReportIdWindow> report_ids_;
   std::unique_ptr<cluster::Replica> replica_;  // cluster mode (--etcd-endpoints)
   std::shared_ptr<cluster::ReplicaCollector> replica_metrics_;
   std::unique_ptr<ConfigReloader> reloader_;

@@ -74,6 +74,7 @@ absl::StatusOr<ReportRequest> ReportFromProto(const v1::ReportOutcomeRequest& re
       return absl::InvalidArgumentError(absl::StrCat("report_id.sender: 1 to 64 bytes, got ", id.sender().size()));
     }
     if (id.sequence() == 0) return absl::InvalidArgumentError("report_id.sequence: must be > 0");
+    report.id = CountedReport{id.sender(), id.sequence()};
   }
   return report;
 }

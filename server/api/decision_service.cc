@@ -267,7 +267,7 @@ void DecisionService::StartReport(const ReportOutcomeRequest& req, ReportOutcome
   ReportRequest report = *std::move(parsed);
   // A report counted before (a resent batch, a relay sent again) decides its
   // verdict again but counts nothing (DESIGN 3.14, invariant 4).
-  if (req.has_report_id()) report.count = report_ids_.FirstTime(req.report_id().sender(), req.report_id().sequence());
+  if (req.has_report_id()) report.count = report_ids_->FirstTime(req.report_id().sender(), req.report_id().sequence());
   // On a cluster follower the counting (trips, recoveries) is the leader's,
   // so it sees the outcomes of every replica (DESIGN 3.12); the verdict is
   // this replica's. A failure (or a success that may change the target's

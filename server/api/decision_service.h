@@ -27,7 +27,11 @@ using DecisionServiceBase =
 class DecisionService final : public DecisionServiceBase {
  public:
   DecisionService(ServiceContext ctx, WatchOptions watch, FollowOptions follow = {})
-      : ctx_(ctx), watch_(std::move(watch)), follow_(follow), worker_(ctx_, watch_.stall_timeout / 4) {}
+      : ctx_(ctx),
+        watch_(std::move(watch)),
+        follow_(follow),
+        worker_(ctx_, watch_.stall_timeout / 4),
+        report_ids_(ctx_.report_ids != nullptr ? ctx_.report_ids : &own_report_ids_) {}
 
   grpc::ServerUnaryReactor* PickTarget(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
@@ -80,7 +84,8 @@ class DecisionService final : public DecisionServiceBase {
   WatchOptions watch_;
   FollowOptions follow_;
   WatchWorker worker_;  // snapshots and stalled watchers
-  ReportIdWindow report_ids_;  // reports counted, so a resend counts nothing twice
+  ReportIdWindow own_report_ids_;  // when the context brings none
+  ReportIdWindow* const report_ids_;  // reports counted, so a resend counts nothing twice
 };
 
 }  // namespace failover::api

@@ -19,6 +19,7 @@
 namespace failover::api {
 
 class ChangeFeed;
+class ReportIdWindow;
 
 struct ServiceContext {
   Engine* engine = nullptr;
@@ -30,6 +31,9 @@ struct ServiceContext {
   // are. Null (tests of the handlers alone): nothing is waited for.
   Committer* committer = nullptr;
   Metrics* metrics = nullptr;        // optional
+  // The ids of reports counted (DESIGN 3.14, invariant 4); null: the decision
+  // service keeps its own. A cluster replica shares it with its log follower.
+  ReportIdWindow* report_ids = nullptr;
   // Where counted outcomes are traced (DESIGN 3.17); optional. In cluster
   // mode only the leader traces: it counts every replica's outcomes.
   OutcomeTrace* trace = nullptr;

@@ -14,6 +14,8 @@
 namespace failover::cluster {
 namespace {
 
+constexpr size_t kMaxReportSender = 64;  // as ReportOutcome takes report_id.sender
+
 // etcd's range_end for "every key starting with `prefix`": the prefix with its last byte plus one.
 std::string RangeEndOf(std::string prefix) {
   while (!prefix.empty()) {
@@ -62,6 +64,11 @@ std::string EncodeEntry(const Change& change, int64_t term) {
   LogEntry entry;
   api::ChangeToProto(change, entry.mutable_change());
   for (const Event& e : change.events) api::EventToProto(e, entry.add_events());
+  for (const CountedReport& r : change.counted_reports) {
+    failover::v1::ReportId* id = entry.add_counted_reports();
+    id->set_sender(r.sender);
+    id->set_sequence(r.sequence);
+  }
   entry.set_term(term);
   return entry.SerializeAsString();
 }
@@ -76,6 +83,12 @@ absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index) {
     return absl::InvalidArgumentError(absl::StrCat("log entry ", index, ": ", change.status().message()));
   }
   for (const auto& e : entry.events()) change->events.push_back(api::EventFromProto(e));
+  // Ids of another shape than a report's are not kept (nothing depends on
+  // them but a resend's count).
+  for (const auto& r : entry.counted_reports()) {
+    if (r.sender().empty() || r.sender().size() > kMaxReportSender || r.sequence() == 0) continue;
+    change->counted_reports.push_back({r.sender(), r.sequence()});
+  }
   change->log_index = index;
   return change;
 }

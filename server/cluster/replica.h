@@ -91,6 +91,11 @@ class Replica final : public api::LeaderLink {
   // apply, and with true once it is past it (the daemon's health status).
   // Set before Prepare.
   void SetLogHealthHook(std::function<void(bool applies)> hook) { on_log_health_ = std::move(hook); }
+  // Hears of the reports each log entry applied here was counted from (set
+  // before Run): they count nothing again if this replica leads next.
+  void SetCountedReportsHook(std::function<void(const std::vector<CountedReport>&)> hook) {
+    on_counted_reports_ = std::move(hook);
+  }
   // Applies the log from `restored_index` (what the data dir holds) as far as
   // etcd has it, waiting up to `catch_up` for etcd: before serving.
   void Prepare(uint64_t restored_index, Committer* committer, api::ChangeFeed* feed, absl::Duration catch_up);
@@ -160,6 +165,7 @@ class Replica final : public api::LeaderLink {
   api::ChangeFeed* feed_ = nullptr;
   std::function<void()> on_leader_;
   std::function<void(bool)> on_log_health_;
+  std::function<void(const std::vector<CountedReport>&)> on_counted_reports_;
   std::string advertise_;   // set by Run, before the threads
   std::string peer_token_;  // set by Run, before the threads
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials_;

@@ -87,6 +87,7 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
   while (known < index && !etcd_index_.compare_exchange_weak(known, index)) {
   }
   last_index_ = index;
+  if (on_counted_reports_ && !change->counted_reports.empty()) on_counted_reports_(change->counted_reports);
   committer_->Submit(std::move(*change));
   NoteApplied();
   return true;

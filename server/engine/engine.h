@@ -236,6 +236,8 @@ struct ReportRequest {
   // False for an outcome counted before (a resent report, DESIGN 3.14
   // invariant 4): only the verdict is decided; health is not touched.
   bool count = true;
+  // The report's id (sequence 0: none): a Change this report makes names it.
+  CountedReport id;
 };
 
 struct ReportResult {

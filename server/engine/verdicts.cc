@@ -186,6 +186,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
         EvaluateChainsOf(*current, *t, now, ctx, w.events());
       }
     }
+    if (req.id.sequence != 0) w.change().counted_reports.push_back(req.id);  // kept only if something changed
     w.Finish(events);
   }
 

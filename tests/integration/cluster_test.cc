@@ -627,6 +627,60 @@ TEST_F(ClusterTest, LosingTheLeaderElectsAnotherAndLosesNothing) {
   for (size_t i = 1; i < sequences.size(); ++i) EXPECT_EQ(sequences[i], sequences[i - 1] + 1);
 }
 
+// A relay whose answer was lost is sent again to whoever leads next (DESIGN
+// 3.14, invariant 4): a report that tripped its target at the leader that
+// died counts nothing again at the next one, which knows it from the log.
+TEST_F(ClusterTest, AReportThatTrippedCountsNothingAgainAtTheNextLeader) {
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
+  auto send = [&](int i) {  // as a follower's relay sends it
+    v1::ReportOutcomeRequest report;
+    report.set_chain("ch");
+    report.set_target("a");
+    report.mutable_failure()->set_http_status(503);
+    report.mutable_report_id()->set_sender("relay-of-a-follower");
+    report.mutable_report_id()->set_sequence(7);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::StreamOutcomesResponse summary;
+    auto writer = Decide(i)->StreamOutcomes(&ctx, &summary);
+    EXPECT_TRUE(writer->Write(report));
+    writer->WritesDone();
+    const grpc::Status done = writer->Finish();
+    EXPECT_TRUE(done.ok()) << done.error_message();
+    return summary;
+  };
+  const v1::StreamOutcomesResponse first = send(leader_);
+  ASSERT_EQ(first.accepted(), 1u);
+  ASSERT_EQ(first.duplicates(), 0u);
+  for (int i = 0; i < kReplicas; ++i) {
+    ASSERT_TRUE(Within(5, [&] { return Status(i).applied_index() >= first.cluster_log_index(); })) << "replica " << i;
+  }
+  const int old_leader = leader_;
+  proc(old_leader).Stop(SIGKILL);
+  leader_ = AwaitLeader(10, {old_leader});
+  ASSERT_GE(leader_, 0);
+  const v1::StreamOutcomesResponse again = send(leader_);
+  EXPECT_EQ(again.accepted(), 1u);
+  EXPECT_EQ(again.duplicates(), 1u) << "the new leader counted again the report that tripped a";
+  // A report the dead leader never saw still counts.
+  const int other = Follower(old_leader);
+  v1::ReportOutcomeRequest fresh;
+  fresh.set_chain("ch");
+  fresh.set_target("b");
+  fresh.mutable_failure()->set_http_status(503);
+  fresh.mutable_report_id()->set_sender("relay-of-a-follower");
+  fresh.mutable_report_id()->set_sequence(6);
+  v1::ReportOutcomeResponse resp;
+  ASSERT_TRUE(Decide(leader_)->ReportOutcome(Ctx().get(), fresh, &resp).ok());
+  EXPECT_TRUE(resp.counted()) << resp.ShortDebugString();
+  EXPECT_TRUE(Within(5, [&] {
+    v1::GetTargetRequest req;
+    req.set_name("b");
+    v1::TargetView view;
+    return Admin(other)->GetTarget(Ctx(2).get(), req, &view).ok() && view.status().health() == v1::HEALTH_STATE_DOWN;
+  })) << "b did not trip";
+}
+
 TEST_F(ClusterTest, APausedLeaderWritesNothingAfterItsLease) {
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const int paused = leader_;

@@ -106,8 +106,9 @@ void WatchStream::Open(const v1::WatchEventsRequest& request) {
     absl::StatusOr<Events> history = options_.history(request.after_sequence(), options_.max_replay, &complete);
     if (history.ok() && complete && (history->empty() || history->back().sequence >= last ||
                                      history->size() < options_.max_replay)) {
+      std::shared_ptr<const Snapshot> snap;
       for (const Event& e : *history) {
-        if (e.sequence > last || !Matches(e)) continue;
+        if (e.sequence > last || !Matches(e, &snap)) continue;
         v1::Event proto;
         EventToProto(e, &proto);
         Entry& q = opening.emplace_back();
@@ -131,15 +132,15 @@ void WatchStream::Open(const v1::WatchEventsRequest& request) {
   PumpLocked();
 }
 
-bool WatchStream::Matches(const Event& e) const {
+bool WatchStream::Matches(const Event& e, std::shared_ptr<const Snapshot>* snap) const {
   if (chains_.empty() && targets_.empty()) return true;
   auto in_filtered_chain = [&](const std::string& target) {
     if (chains_.empty()) return false;
-    auto snap = ctx_.engine->snapshot();
-    const TargetEntry* t = snap->FindTarget(target);
+    if (*snap == nullptr) *snap = ctx_.engine->snapshot();
+    const TargetEntry* t = (*snap)->FindTarget(target);
     if (t == nullptr) return false;
     for (uint32_t ci : t->chains) {
-      if (chains_.contains(snap->chains[ci].config.name)) return true;
+      if (chains_.contains((*snap)->chains[ci].config.name)) return true;
     }
     return false;
   };
@@ -201,12 +202,13 @@ void WatchStream::SnapshotReady(std::shared_ptr<const SnapshotParts> parts) {
 void WatchStream::Deliver(const Events& events, const std::vector<grpc::ByteBuffer>& wire) {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return;
+  std::shared_ptr<const Snapshot> snap;  // one for the batch
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     last_seen_ = std::max(last_seen_, e.sequence);
     // A snapshot read from the published state may already hold an event the
     // log hands out just after it: never sent twice.
-    if (resync_ || e.sequence <= snapshot_sequence_ || !Matches(e)) continue;
+    if (resync_ || e.sequence <= snapshot_sequence_ || !Matches(e, &snap)) continue;
     Entry q;
     q.meta.sequence = e.sequence;
     q.wire = wire[i];  // shares the serialized slices
@@ -233,8 +235,9 @@ void WatchStream::DeliverShadow(const std::vector<ShadowEvent>& events, const st
   // A watcher waiting for a fresh snapshot has lost its live events; shadow
   // events are not worth keeping without them.
   if (finished_ || resync_) return;
+  std::shared_ptr<const Snapshot> snap;
   for (size_t i = 0; i < events.size(); ++i) {
-    if (!Matches(events[i].event)) continue;
+    if (!Matches(events[i].event, &snap)) continue;
     Entry q;
     q.meta.shadow = true;
     q.meta.resumable = false;

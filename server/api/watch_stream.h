@@ -72,7 +72,10 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pub
   void Begin(const failover::v1::WatchEventsRequest& request);
   // Subscribes and queues the opening: a replay or a snapshot request.
   void Open(const failover::v1::WatchEventsRequest& request);
-  bool Matches(const Event& e) const;
+  // Whether the watcher's filters let `e` through. `snap` is the engine
+  // snapshot a chain filter reads a target's chains from: loaded on first
+  // need, then kept by the caller for the rest of its batch.
+  bool Matches(const Event& e, std::shared_ptr<const Snapshot>* snap) const;
   void RequestSnapshotLocked(bool resync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SnapshotReady(std::shared_ptr<const SnapshotParts> parts);
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

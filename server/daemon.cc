@@ -222,6 +222,14 @@ absl::Status Daemon::Start() {
                                {"took", absl::FormatDuration(clock_.Now() - restore_start)}});
   *restored = RestoredState();
   api::ReleaseFreedMemory();  // the stored state was read whole; give back what it took
+  // The reports the kept Changes were counted from count nothing again after
+  // the restart (a client's batch sent again once failoverd is back).
+  report_ids_ = std::make_unique<api::ReportIdWindow>();
+  {
+    absl::StatusOr<std::vector<CountedReport>> counted = store_->CountedReports();
+    if (!counted.ok()) return Refuse("cannot read the stored report ids", counted.status());
+    for (const CountedReport& r : *counted) report_ids_->FirstTime(r.sender, r.sequence);
+  }
   if (replica_) {
     replica_->SetLogHealthHook([this](bool applies) {
       std::lock_guard<std::mutex> lock(health_mu_);
@@ -230,7 +238,6 @@ absl::Status Daemon::Start() {
     });
     // The reports behind each Change the log brings count nothing again here
     // (a follower's relay sent again after the leader that counted it died).
-    report_ids_ = std::make_unique<api::ReportIdWindow>();
     replica_->SetCountedReportsHook([ids = report_ids_.get()](const std::vector<CountedReport>& counted) {
       for (const CountedReport& r : counted) ids->FirstTime(r.sender, r.sequence);
     });
@@ -299,7 +306,7 @@ absl::Status Daemon::Start() {
   };
   context.auth = auth_.get();
   context.leader = replica_.get();
-  context.report_ids = report_ids_.get();  // null on a single node: the service keeps its own
+  context.report_ids = report_ids_.get();
   // Enough for every admin caller a deployment has at once; beyond the queue
   // a change is refused (RESOURCE_EXHAUSTED) rather than held without bound.
   blocking_ = std::make_unique<api::BlockingCalls>(16, 10000);

@@ -92,7 +92,8 @@ class Daemon {
   std::unique_ptr<api::EventLog> events_;
   std::unique_ptr<api::ChangeFeed> changes_;  // FollowState
   std::unique_ptr<Committer> committer_;
-  // Cluster mode: shared by the decision service and the replica's log follower (outlives both).
+  // Reports counted, seeded from the store; in cluster mode the replica's log
+  // follower adds to it too (declared before both: it outlives them).
   std::unique_ptr<api::ReportIdWindow> report_ids_;
   std::unique_ptr<cluster::Replica> replica_;  // cluster mode (--etcd-endpoints)
   std::shared_ptr<cluster::ReplicaCollector> replica_metrics_;

@@ -418,6 +418,13 @@ absl::Status Store::Write(const std::vector<const Change*>& changes) {
     for (const Event& e : c->events) {
       EventRecord r;
       EncodeEvent(e, &r);
+      if (&e == &c->events.front()) {
+        for (const CountedReport& counted : c->counted_reports) {
+          CountedReportRecord* id = r.add_counted_reports();
+          id->set_sender(counted.sender);
+          id->set_sequence(counted.sequence);
+        }
+      }
       batch.Put(handle(Family::kEvents), EncodeUint64(e.sequence), r.SerializeAsString());
       if (first_event == 0) first_event = e.sequence;
     }
@@ -587,6 +594,27 @@ absl::StatusOr<Events> Store::RecentEvents(size_t limit) const {
   RETURN_IF_ERROR(OpenOrRefuse());
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
   return ReadEvents(it.get(), /*forward=*/false, 0, limit);
+}
+
+absl::StatusOr<std::vector<CountedReport>> Store::CountedReports() const {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  std::vector<CountedReport> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), handle(Family::kEvents)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    EventRecord r;
+    uint64_t seq = 0;
+    if (!DecodeUint64(it->key().ToStringView(), &seq) ||
+        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return Corrupt(data_dir_, "event", absl::StrCat(seq));
+    }
+    for (const CountedReportRecord& id : r.counted_reports()) {
+      if (id.sender().empty() || id.sender().size() > 64 || id.sequence() == 0) continue;  // not a report's id
+      out.push_back({id.sender(), id.sequence()});
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
+  return out;
 }
 
 absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now) {

@@ -118,6 +118,10 @@ class Store {
   // missing among those read (the events in between are not here).
   [[nodiscard]] absl::StatusOr<Events> EventsAfter(uint64_t sequence, size_t limit, bool* complete) const;
 
+  // The report ids the kept events' Changes were counted from, oldest first
+  // (DESIGN 3.14, invariant 4): what a restart must still take as counted.
+  [[nodiscard]] absl::StatusOr<std::vector<CountedReport>> CountedReports() const;
+
   // Drops events beyond the newest `keep_count` and those older than `max_age`.
   [[nodiscard]] absl::Status TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now);
 

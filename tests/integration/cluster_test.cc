@@ -1652,7 +1652,7 @@ TEST_F(ClusterTest, AnRpmCapIsSharedByTheReplicasNotPlannedByEach) {
   std::vector<int> planned;
   int64_t used = -1;
   for (int round = 0; round < 3; ++round) {
-    ASSERT_TRUE(Within(70, [&] { return minute_now() > used && absl::ToUnixSeconds(absl::Now()) % 60 < 45; }));
+    ASSERT_TRUE(Within(70, [&] { return minute_now() > used && absl::ToUnixSeconds(absl::Now()) % 60 < 55; }));
     const int64_t minute = minute_now();
     planned.assign(kReplicas, 0);
     for (int i = 0; i < kReplicas; ++i) {

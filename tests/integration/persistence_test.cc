@@ -96,6 +96,47 @@ TEST_F(PersistenceTest, SigkillRightAfterAcknowledgementsLosesNothing) {
   EXPECT_GT(newest.back().sequence(), last_sequence + 1) << "no gap: the reserved block was not skipped";
 }
 
+// A client that sent a batch as failoverd died sends it again once failoverd is
+// back (DESIGN 3.14, invariant 4): the report that tripped a target counts
+// nothing the second time; its id was stored with the trip.
+TEST_F(PersistenceTest, AReportThatTrippedCountsNothingAgainAfterASigkill) {
+  StartServer();
+  v1::ApplyRequest config;
+  for (const char* t : {"a", "b"}) AddTarget(&config, t);
+  v1::Chain* chain = config.add_chains();
+  chain->set_name("one");
+  chain->add_targets("a");
+  chain->add_targets("b");
+  chain->mutable_policy()->mutable_trip()->set_errors(1);
+  ASSERT_TRUE(Apply(config).ok());
+  auto report = [&](const std::string& target, uint64_t sequence) {
+    v1::ReportOutcomeRequest req;
+    req.set_chain("one");
+    req.set_target(target);
+    req.mutable_failure()->set_http_status(503);
+    req.mutable_report_id()->set_sender("gateway-7c1e");
+    req.mutable_report_id()->set_sequence(sequence);
+    v1::ReportOutcomeResponse resp;
+    const grpc::Status s = decide_->ReportOutcome(Ctx().get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  };
+  const v1::ReportOutcomeResponse tripped = report("a", 5);
+  ASSERT_TRUE(tripped.counted());
+  ASSERT_EQ(tripped.target_health(), v1::HEALTH_STATE_DOWN);
+
+  ASSERT_NE(proc_->Stop(SIGKILL), -1);
+  StartServer();
+  const v1::ReportOutcomeResponse again = report("a", 5);
+  EXPECT_TRUE(again.duplicate()) << again.ShortDebugString();
+  EXPECT_FALSE(again.counted());
+  // An id of the same sender that was never counted still counts.
+  const v1::ReportOutcomeResponse fresh = report("b", 4);
+  EXPECT_FALSE(fresh.duplicate());
+  EXPECT_TRUE(fresh.counted());
+  EXPECT_EQ(Target("b").status().health(), v1::HEALTH_STATE_DOWN);
+}
+
 TEST_F(PersistenceTest, ConfigFilesReloadLiveAndABadChangeKeepsTheRunningConfig) {
   TempDir config_dir;
   const std::string file = config_dir.path() + "/chains.yaml";

@@ -338,6 +338,41 @@ TEST(StoreTest, WritesPastTheKeptCountDropTheOldestEventsAtOnce) {
   EXPECT_FALSE(complete);
 }
 
+TEST(StoreTest, TheReportIdsOfAChangeLastAsLongAsItsEvents) {
+  TempDir dir;
+  StoreOptions options;
+  options.events_keep = 10;
+  {
+    auto opened = Store::Open(dir.path(), options);
+    ASSERT_TRUE(opened.ok());
+    auto store = std::move(opened).value();
+    for (uint64_t i = 1; i <= 15; ++i) {
+      Change c;
+      c.events = {SwitchEvent(i, kT0)};
+      c.next_sequence = i + 1;
+      c.counted_reports = {{"gateway", i}};
+      if (i == 15) c.counted_reports.push_back({"", 9});  // not a report's id: not read back
+      ASSERT_TRUE(WriteOne(*store, c).ok());
+    }
+    Change quiet;  // no events: nothing to keep the ids with
+    quiet.next_sequence = 16;
+    quiet.counted_reports = {{"gateway", 99}};
+    ASSERT_TRUE(WriteOne(*store, quiet).ok());
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto reopened = Store::Open(dir.path(), options);
+  ASSERT_TRUE(reopened.ok());
+  absl::StatusOr<std::vector<CountedReport>> counted = (*reopened)->CountedReports();
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  std::vector<uint64_t> sequences;
+  for (const CountedReport& r : *counted) {
+    EXPECT_EQ(r.sender, "gateway");
+    sequences.push_back(r.sequence);
+  }
+  // Events 6..15 are kept, and the ids with them.
+  EXPECT_EQ(sequences, (std::vector<uint64_t>{6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
+}
+
 TEST(StoreTest, EveryCallAfterCloseIsRefusedNotACrash) {
   TempDir dir;
   auto store = OpenOk(dir.path());

@@ -20,8 +20,8 @@ using ::testing::HasSubstr;
 
 const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
 
-std::unique_ptr<Store> OpenOk(const std::string& dir) {
-  auto s = Store::Open(dir);
+std::unique_ptr<Store> OpenOk(const std::string& dir, StoreOptions options = {}) {
+  auto s = Store::Open(dir, options);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(s).value() : nullptr;
 }
@@ -320,9 +320,8 @@ TEST(StoreTest, WritesPastTheKeptCountDropTheOldestEventsAtOnce) {
   TempDir dir;
   StoreOptions options;
   options.events_keep = 10;
-  auto opened = Store::Open(dir.path(), options);
-  ASSERT_TRUE(opened.ok());
-  auto store = std::move(opened).value();
+  auto store = OpenOk(dir.path(), options);
+  ASSERT_NE(store, nullptr);
   for (uint64_t i = 1; i <= 25; ++i) {
     Change c;
     c.events = {SwitchEvent(i, kT0)};
@@ -343,9 +342,8 @@ TEST(StoreTest, TheReportIdsOfAChangeLastAsLongAsItsEvents) {
   StoreOptions options;
   options.events_keep = 10;
   {
-    auto opened = Store::Open(dir.path(), options);
-    ASSERT_TRUE(opened.ok());
-    auto store = std::move(opened).value();
+    auto store = OpenOk(dir.path(), options);
+    ASSERT_NE(store, nullptr);
     for (uint64_t i = 1; i <= 15; ++i) {
       Change c;
       c.events = {SwitchEvent(i, kT0)};
@@ -360,9 +358,9 @@ TEST(StoreTest, TheReportIdsOfAChangeLastAsLongAsItsEvents) {
     ASSERT_TRUE(WriteOne(*store, quiet).ok());
     ASSERT_TRUE(store->Close().ok());
   }
-  auto reopened = Store::Open(dir.path(), options);
-  ASSERT_TRUE(reopened.ok());
-  absl::StatusOr<std::vector<CountedReport>> counted = (*reopened)->CountedReports();
+  auto reopened = OpenOk(dir.path(), options);
+  ASSERT_NE(reopened, nullptr);
+  absl::StatusOr<std::vector<CountedReport>> counted = reopened->CountedReports();
   ASSERT_TRUE(counted.ok()) << counted.status();
   std::vector<uint64_t> sequences;
   for (const CountedReport& r : *counted) {

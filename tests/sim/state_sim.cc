@@ -11,7 +11,8 @@
 //   3 one history: a watcher sees every sequence once, rising by one, never
 //     one reused after a restart, and only events already on disk;
 //   4 counted once: the engine fed resent reports (with their ids) holds the
-//     same state as a reference engine fed each report once;
+//     same state as a reference engine fed each report once, and after a
+//     restart a resend of a report whose change the disk kept counts nothing;
 //   6 a report always gets its verdict and a pick its plan.
 // Invariant 5 is what keeps 1 and 4: a pre-check that disagreed with its
 // mutation crashed (a null events vector) or diverged from the reference.
@@ -22,6 +23,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +42,7 @@
 #include "server/api/admin_service.h"
 #include "server/api/decision_service.h"
 #include "server/api/event_log.h"
+#include "server/api/report_ids.h"
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
 #include "server/log/log.h"
@@ -120,6 +123,23 @@ class SimDisk {
     state.next_sequence = std::max(state.next_sequence, reserved_);
     return state;
   }
+  // What a start reads back as counted (Store::CountedReports): the report
+  // ids of the Changes kept that have events to store them with.
+  std::vector<CountedReport> CountedReports() const {
+    std::vector<CountedReport> out;
+    for (const Change& c : log_) {
+      if (!c.events.empty()) out.insert(out.end(), c.counted_reports.begin(), c.counted_reports.end());
+    }
+    return out;
+  }
+  bool HoldsEvent(uint64_t sequence) const {
+    for (const Change& c : log_) {
+      for (const Event& e : c.events) {
+        if (e.sequence == sequence) return true;
+      }
+    }
+    return false;
+  }
   const StateMirror& written() const { return written_; }
   const StateMirror& synced() const { return synced_mirror_; }
   uint64_t highest_written() const { return highest_written_; }
@@ -183,6 +203,10 @@ class Node {
        SimWatcher* watcher)
       : random_(random_seed), engine_(Options()), events_(1000, state.next_sequence - 1), watcher_(watcher) {
     api::ServiceContext ctx;
+    if (disk != nullptr) {  // as the daemon seeds its window before it serves
+      for (const CountedReport& r : disk->CountedReports()) report_ids_.FirstTime(r.sender, r.sequence);
+    }
+    ctx.report_ids = &report_ids_;
     ctx.engine = &engine_;
     ctx.clock = clock;
     ctx.events = &events_;
@@ -192,7 +216,10 @@ class Node {
           [this](const Change& c) { events_.Publish(c.events); },
           [this](const absl::Status& s) { engine_.SetAcceptingChanges(s.ok(), std::string(s.message())); },
           absl::Seconds(1), Committer::Mode::kCallerDriven);
-      engine_.SetChangeSink([this](Change&& c) { committer_->Submit(std::move(c)); });
+      engine_.SetChangeSink([this](Change&& c) {
+        if (!c.events.empty()) last_event_made_ = c.events.back().sequence;
+        committer_->Submit(std::move(c));
+      });
       ctx.committer = committer_.get();
       if (watcher_ != nullptr) (void)events_.Subscribe(watcher_, 10);
     }
@@ -217,6 +244,8 @@ class Node {
   api::AdminService& admin() { return *admin_; }
   Committer* committer() { return committer_.get(); }
   const absl::Status& restored() const { return restored_; }
+  // The sequence of the last event a Change made here carried (0: none yet).
+  uint64_t last_event_made() const { return last_event_made_; }
   std::vector<v1::ProbeTask>& leases() { return leases_; }
 
  private:
@@ -225,9 +254,11 @@ class Node {
   api::EventLog events_;
   SimWatcher* watcher_;
   std::unique_ptr<Committer> committer_;
+  api::ReportIdWindow report_ids_;
   std::unique_ptr<api::DecisionService> decide_;
   std::unique_ptr<api::AdminService> admin_;
   absl::Status restored_;
+  uint64_t last_event_made_ = 0;
   std::vector<v1::ProbeTask> leases_;  // handed out by the last Probe call
 };
 
@@ -334,7 +365,6 @@ class Simulation {
     watcher_.Restarted();
     sut_ = std::make_unique<Node>(state, &clock_, random_seed, &disk_, &watcher_);
     ref_ = std::make_unique<Node>(state, &clock_, random_seed, nullptr, nullptr);
-    sent_.clear();  // the window of counted ids lives in memory: a new process has none
     if (!sut_->restored().ok()) Fail(absl::StrCat("restart: ", sut_->restored().ToString()));
 
   }
@@ -379,7 +409,10 @@ class Simulation {
     (void)ref_->decide().Report(req, &ref_answer);
     req.mutable_report_id()->set_sender("sim-client");
     req.mutable_report_id()->set_sequence(++report_sequence_);
+    const uint64_t events_before = sut_->last_event_made();
     SendToSut(req, /*resent=*/false);
+    // Seen from outside: this report's call made a Change with events.
+    if (sut_->last_event_made() != events_before) changed_by_[report_sequence_] = sut_->last_event_made();
     sent_.push_back(req);
     if (sent_.size() > 64) sent_.erase(sent_.begin());
   }
@@ -565,6 +598,17 @@ class Simulation {
     ref_.reset();
     disk_.set_refusing(false);
     if (machine) disk_.LoseUnsynced();
+    // The new process must know the reports whose change (and its events) the
+    // disk kept; a report that changed nothing, or whose change was lost,
+    // would count again, so it is not sent again. (Read before the restart:
+    // its own changes may take the sequences of lost ones.)
+    sent_.erase(std::remove_if(sent_.begin(), sent_.end(),
+                               [&](const v1::ReportOutcomeRequest& r) {
+                                 auto made = changed_by_.find(r.report_id().sequence());
+                                 return made == changed_by_.end() || !disk_.HoldsEvent(made->second);
+                               }),
+                sent_.end());
+    changed_by_.clear();  // the ones kept are known now: resent, they must be duplicates
     // Synced: acknowledged admin calls are there whatever crashed.
     CheckAcknowledged(disk_.Restore());
     if (!failure_.empty()) return;
@@ -675,6 +719,7 @@ class Simulation {
   std::unique_ptr<Node> sut_;  // the system under test
   std::unique_ptr<Node> ref_;  // the reference: each report once, no disk
   std::vector<v1::ReportOutcomeRequest> sent_;  // recent reports, to resend
+  std::map<uint64_t, uint64_t> changed_by_;     // report sequence -> the last event its Change made
   uint64_t report_sequence_ = 0;
   std::map<std::string, Acknowledged> acknowledged_;
   int step_ = 0;

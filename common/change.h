@@ -80,9 +80,10 @@ struct Change {
   // Cluster mode (DESIGN 3.12): the Change's place in the replicated log, from
   // 1 without gaps. 0 on a single node.
   uint64_t log_index = 0;
-  // The reports whose counting made this Change (a trip, a recovery), carried
-  // in the cluster's log so that the next leader counts a resend of them as
-  // counted already (DESIGN 3.14, invariant 4). Not stored on a single node.
+  // The reports whose counting made this Change (a trip, a recovery): stored
+  // with its first event and carried in the cluster's log, so that a restarted
+  // failoverd, or the next leader, counts a resend of them as counted already
+  // (DESIGN 3.14, invariant 4).
   std::vector<CountedReport> counted_reports;
 };
 

@@ -32,7 +32,8 @@ struct ServiceContext {
   Committer* committer = nullptr;
   Metrics* metrics = nullptr;        // optional
   // The ids of reports counted (DESIGN 3.14, invariant 4); null: the decision
-  // service keeps its own. A cluster replica shares it with its log follower.
+  // service keeps its own. The daemon's is seeded from the store, and in
+  // cluster mode its log follower adds what each entry was counted from.
   ReportIdWindow* report_ids = nullptr;
   // Where counted outcomes are traced (DESIGN 3.17); optional. In cluster
   // mode only the leader traces: it counts every replica's outcomes.

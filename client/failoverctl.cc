@@ -372,6 +372,10 @@ std::string ClusterLine(const v1::ClusterStatus& c) {
     }
     absl::StrAppend(&line, "\n");
   }
+  if (c.rpm_replicas() > 1) {
+    absl::StrAppend(&line, "rpm caps: this replica plans its part of each, 1/", c.rpm_replicas(), " (rank ", c.rpm_rank(),
+                    ")\n");
+  }
   if (!c.etcd_error().empty()) absl::StrAppend(&line, "etcd: ", c.etcd_error(), "\n");
   if (!c.log_error().empty()) absl::StrAppend(&line, "log: ", c.log_error(), " (NOT_SERVING)\n");
   return line;

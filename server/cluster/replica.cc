@@ -122,6 +122,8 @@ void Replica::Describe(failover::v1::ClusterStatus* out) const {
   const uint64_t applied = last_index_.load();
   out->set_lag(seen > applied ? seen - applied : 0);
   out->set_leader_changes(leader_changes_.load());
+  out->set_rpm_rank(engine_->rpm_rank());
+  out->set_rpm_replicas(engine_->rpm_replicas());
   std::lock_guard<std::mutex> lock(mu_);
   // Both come from etcd (the leader key's value, its error messages): sent
   // only as valid, bounded UTF-8.

@@ -467,6 +467,8 @@ class Engine {
   // while rank < cap % replicas, so the parts add up to the cap. One process
   // alone (the default, and a client deciding locally) has the whole cap.
   void SetRpmShare(uint32_t rank, uint32_t replicas);
+  uint32_t rpm_rank() const { return static_cast<uint32_t>(rpm_share_.load(std::memory_order_relaxed)); }
+  uint32_t rpm_replicas() const { return static_cast<uint32_t>(rpm_share_.load(std::memory_order_relaxed) >> 32); }
   static uint32_t RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas);
 
   // --- views ---

@@ -442,6 +442,7 @@ TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
   EXPECT_NE(ctl.out.find("is a follower; leader " + Address(leader_)), std::string::npos) << ctl.out;
   EXPECT_NE(ctl.out.find("replicas (3): "), std::string::npos) << ctl.out;
   EXPECT_NE(ctl.out.find(Address(leader_) + " (leader"), std::string::npos) << ctl.out;
+  EXPECT_NE(ctl.out.find("rpm caps: this replica plans its part of each, 1/3 (rank "), std::string::npos) << ctl.out;
 }
 
 TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
@@ -1669,6 +1670,12 @@ TEST_F(ClusterTest, AnRpmCapIsSharedByTheReplicasNotPlannedByEach) {
   std::vector<int> parts = planned;
   std::sort(parts.begin(), parts.end());
   EXPECT_EQ(parts, (std::vector<int>{2, 2, 3})) << "the cap is not split evenly";
+  // Each replica says which part it plans: the one ranked first takes the 3.
+  for (int i = 0; i < kReplicas; ++i) {
+    const ClusterStatus s = Status(i);
+    EXPECT_EQ(s.rpm_replicas(), static_cast<uint32_t>(kReplicas)) << "replica " << i;
+    EXPECT_EQ(planned[static_cast<size_t>(i)], s.rpm_rank() == 0 ? 3 : 2) << "replica " << i << ": " << s.DebugString();
+  }
 }
 
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {

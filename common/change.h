@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -60,6 +61,14 @@ struct CountedReport {
   std::string sender;
   uint64_t sequence = 0;
 };
+
+// The shape ReportOutcome takes a report id in: a sender of 1 to
+// kMaxReportSender bytes and a sequence from 1. Ids read back from etcd or the
+// data dir in another shape are dropped.
+constexpr size_t kMaxReportSender = 64;
+inline bool IsReportId(std::string_view sender, uint64_t sequence) {
+  return !sender.empty() && sender.size() <= kMaxReportSender && sequence > 0;
+}
 
 struct Change {
   // Config: set when the change bumps the generation.

@@ -228,7 +228,7 @@ absl::Status Daemon::Start() {
   {
     absl::StatusOr<std::vector<CountedReport>> counted = store_->CountedReports();
     if (!counted.ok()) return Refuse("cannot read the stored report ids", counted.status());
-    for (const CountedReport& r : *counted) report_ids_->FirstTime(r.sender, r.sequence);
+    report_ids_->Note(*counted);
   }
   if (replica_) {
     replica_->SetLogHealthHook([this](bool applies) {
@@ -238,9 +238,8 @@ absl::Status Daemon::Start() {
     });
     // The reports behind each Change the log brings count nothing again here
     // (a follower's relay sent again after the leader that counted it died).
-    replica_->SetCountedReportsHook([ids = report_ids_.get()](const std::vector<CountedReport>& counted) {
-      for (const CountedReport& r : counted) ids->FirstTime(r.sender, r.sequence);
-    });
+    replica_->SetCountedReportsHook(
+        [ids = report_ids_.get()](const std::vector<CountedReport>& counted) { ids->Note(counted); });
     replica_->Prepare(restored_index, committer_.get(), changes_.get(), absl::Seconds(5));
     replica_metrics_ = std::make_shared<cluster::ReplicaCollector>(replica_.get());
   }

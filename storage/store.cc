@@ -609,8 +609,7 @@ absl::StatusOr<std::vector<CountedReport>> Store::CountedReports() const {
       return Corrupt(data_dir_, "event", absl::StrCat(seq));
     }
     for (const CountedReportRecord& id : r.counted_reports()) {
-      if (id.sender().empty() || id.sender().size() > 64 || id.sequence() == 0) continue;  // not a report's id
-      out.push_back({id.sender(), id.sequence()});
+      if (IsReportId(id.sender(), id.sequence())) out.push_back({id.sender(), id.sequence()});
     }
   }
   RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));

@@ -70,8 +70,9 @@ absl::StatusOr<ReportRequest> ReportFromProto(const v1::ReportOutcomeRequest& re
   }
   if (req.has_report_id()) {
     const v1::ReportId& id = req.report_id();
-    if (id.sender().empty() || id.sender().size() > 64) {
-      return absl::InvalidArgumentError(absl::StrCat("report_id.sender: 1 to 64 bytes, got ", id.sender().size()));
+    if (id.sender().empty() || id.sender().size() > kMaxReportSender) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report_id.sender: 1 to ", kMaxReportSender, " bytes, got ", id.sender().size()));
     }
     if (id.sequence() == 0) return absl::InvalidArgumentError("report_id.sequence: must be > 0");
     report.id = CountedReport{id.sender(), id.sequence()};

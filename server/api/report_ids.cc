@@ -13,6 +13,10 @@ void ReportIdWindow::Set(Sender& s, uint64_t seq, bool on) {
   word = on ? word | bit : word & ~bit;
 }
 
+void ReportIdWindow::Note(const std::vector<CountedReport>& counted) {
+  for (const CountedReport& r : counted) FirstTime(r.sender, r.sequence);
+}
+
 bool ReportIdWindow::FirstTime(absl::string_view sender, uint64_t sequence) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = senders_.find(sender);

@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "common/change.h"
 
 namespace failover::api {
 
@@ -32,6 +33,9 @@ class ReportIdWindow {
   // True the first time (sender, sequence) is seen: count it. False for an id
   // seen before or older than the sender's window: count nothing.
   bool FirstTime(absl::string_view sender, uint64_t sequence);
+  // Marks ids as seen: reports counted elsewhere (before a restart, or by the
+  // leader that wrote a log entry).
+  void Note(const std::vector<CountedReport>& counted);
   size_t senders() const;
 
  private:

@@ -14,8 +14,6 @@
 namespace failover::cluster {
 namespace {
 
-constexpr size_t kMaxReportSender = 64;  // as ReportOutcome takes report_id.sender
-
 // etcd's range_end for "every key starting with `prefix`": the prefix with its last byte plus one.
 std::string RangeEndOf(std::string prefix) {
   while (!prefix.empty()) {
@@ -86,8 +84,7 @@ absl::StatusOr<Change> DecodeEntry(absl::string_view bytes, uint64_t index) {
   // Ids of another shape than a report's are not kept (nothing depends on
   // them but a resend's count).
   for (const auto& r : entry.counted_reports()) {
-    if (r.sender().empty() || r.sender().size() > kMaxReportSender || r.sequence() == 0) continue;
-    change->counted_reports.push_back({r.sender(), r.sequence()});
+    if (IsReportId(r.sender(), r.sequence())) change->counted_reports.push_back({r.sender(), r.sequence()});
   }
   change->log_index = index;
   return change;

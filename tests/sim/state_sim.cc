@@ -204,7 +204,7 @@ class Node {
       : random_(random_seed), engine_(Options()), events_(1000, state.next_sequence - 1), watcher_(watcher) {
     api::ServiceContext ctx;
     if (disk != nullptr) {  // as the daemon seeds its window before it serves
-      for (const CountedReport& r : disk->CountedReports()) report_ids_.FirstTime(r.sender, r.sequence);
+      report_ids_.Note(disk->CountedReports());
     }
     ctx.report_ids = &report_ids_;
     ctx.engine = &engine_;

@@ -217,5 +217,15 @@ TEST(ReportIdWindowTest, EachIdOnceAcrossSendersAndOldIdsBeyondTheWindowAreDupli
   EXPECT_FALSE(window.FirstTime("s", 300));
 }
 
+TEST(ReportIdWindowTest, IdsNotedFromElsewhereCountNothingHereAndOthersStillCount) {
+  ReportIdWindow window;
+  window.Note({{"relay-a", 7}, {"relay-a", 9}, {"client-b", 1}});
+  EXPECT_FALSE(window.FirstTime("relay-a", 7));
+  EXPECT_FALSE(window.FirstTime("relay-a", 9));
+  EXPECT_FALSE(window.FirstTime("client-b", 1));
+  EXPECT_TRUE(window.FirstTime("relay-a", 8));  // between two noted ids: never counted
+  EXPECT_TRUE(window.FirstTime("client-b", 2));
+}
+
 }  // namespace
 }  // namespace failover::api

@@ -50,8 +50,7 @@ void Replica::Prepare(uint64_t restored_index, Committer* committer, api::Change
                       absl::Duration catch_up) {
   committer_ = committer;
   feed_ = feed;
-  last_index_ = restored_index;
-  etcd_index_ = restored_index;
+  cursor_.Start(restored_index);
   // Catch up before serving, so a replica that was away starts from what the
   // cluster decided meanwhile; without etcd it serves its own copy.
   const absl::Time give_up = absl::Now() + catch_up;
@@ -63,7 +62,7 @@ void Replica::Prepare(uint64_t restored_index, Committer* committer, api::Change
     if (absl::Now() >= give_up) {
       log::Warn(absl::StrCat("cannot read the change log from etcd yet, serving the local copy meanwhile: ",
                              caught_up.message()),
-                {{"applied_index", last_index_.load()}});
+                {{"applied_index", cursor_.applied()}});
       break;
     }
     absl::SleepFor(absl::Milliseconds(200));
@@ -76,7 +75,7 @@ void Replica::Run(std::string advertise, std::string peer_token, std::function<v
   on_leader_ = std::move(on_leader);
   log::Info("cluster replica running", {{"prefix", keys_.prefix()},
                                         {"advertise", advertise_},
-                                        {"applied_index", last_index_.load()}});
+                                        {"applied_index", cursor_.applied()}});
   log_thread_ = std::thread([this] { RunLog(); });
   session_thread_ = std::thread([this] { RunSession(); });
   relay_thread_ = std::thread([this] { RunRelay(); });
@@ -93,6 +92,7 @@ void Replica::Stop() {
   if (log_thread_.joinable()) log_thread_.join();
   if (session_thread_.joinable()) session_thread_.join();
   if (relay_thread_.joinable()) relay_thread_.join();
+  cursor_.Depose();
   if (leader_.exchange(false)) engine_->SetAcceptingChanges(false, "failoverd is shutting down");
   // Resign at once, so another replica takes over without waiting out the lease.
   const int64_t lease = lease_.exchange(0);
@@ -116,11 +116,9 @@ void Replica::NoteEtcd(const absl::Status& status) {
 void Replica::Describe(failover::v1::ClusterStatus* out) const {
   out->set_role(IsLeader() ? failover::v1::ClusterStatus::ROLE_LEADER : failover::v1::ClusterStatus::ROLE_FOLLOWER);
   out->set_self(advertise_);
-  out->set_applied_revision(applied_revision_.load());
-  out->set_applied_index(last_index_.load());
-  const uint64_t seen = seen_index_.load();
-  const uint64_t applied = last_index_.load();
-  out->set_lag(seen > applied ? seen - applied : 0);
+  out->set_applied_revision(cursor_.applied_revision());
+  out->set_applied_index(cursor_.applied());
+  out->set_lag(cursor_.lag());
   out->set_leader_changes(leader_changes_.load());
   out->set_rpm_rank(engine_->rpm_rank());
   out->set_rpm_replicas(engine_->rpm_replicas());
@@ -149,8 +147,6 @@ std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {
     prometheus::ClientMetric& metric = family.metric.emplace_back();
     (type == prometheus::MetricType::Counter ? metric.counter.value : metric.gauge.value) = value;
   };
-  const uint64_t seen = seen_index_.load();
-  const uint64_t applied = last_index_.load();
   uint64_t dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,9 +156,9 @@ std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {
   add("failover_cluster_leader", "1 while this replica is the cluster's leader.", MetricType::Gauge,
       IsLeader() ? 1 : 0);
   add("failover_cluster_lag_entries", "Change log entries in etcd this replica has not applied yet.",
-      MetricType::Gauge, static_cast<double>(seen > applied ? seen - applied : 0));
+      MetricType::Gauge, static_cast<double>(cursor_.lag()));
   add("failover_cluster_applied_index", "The last Change log entry this replica applied.", MetricType::Gauge,
-      static_cast<double>(applied));
+      static_cast<double>(cursor_.applied()));
   add("failover_cluster_etcd_errors_total", "etcd calls that failed (each endpoint tried counts).",
       MetricType::Counter, static_cast<double>(etcd_->errors()));
   add("failover_cluster_leader_changes_total", "Times this replica became or stopped being the leader.",
@@ -175,7 +171,7 @@ std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {
 
 bool Replica::WaitApplied(uint64_t index, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return last_index_.load() >= index; });
+  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return cursor_.applied() >= index; });
 }
 
 }  // namespace failover::cluster

@@ -43,6 +43,7 @@
 #include "server/api/change_feed.h"
 #include "server/api/leader_link.h"
 #include "server/cluster/etcd_client.h"
+#include "server/cluster/log_cursor.h"
 #include "server/cluster/log_entry.h"
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
@@ -114,7 +115,7 @@ class Replica final : public api::LeaderLink {
                        const grpc::ByteBuffer& request, grpc::ByteBuffer* response) override;
   void Relay(failover::v1::ReportOutcomeRequest report) override;
   void RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) override;
-  uint64_t LogIndex() const override { return last_index_.load(); }
+  uint64_t LogIndex() const override { return cursor_.applied(); }
   void Describe(failover::v1::ClusterStatus* out) const override;
 
   // Waits until this replica has applied log entry `index` (tests, start).
@@ -176,24 +177,18 @@ class Replica final : public api::LeaderLink {
   std::atomic<bool> writes_ok_{true};
   std::atomic<int64_t> term_{0};          // the leader key's create revision while leading
   std::atomic<int64_t> left_term_{0};     // the term this replica last stepped down from
-  std::atomic<uint64_t> last_index_{0};   // the last log index given to the committer
-  std::atomic<uint64_t> etcd_index_{0};   // every index up to here is in etcd
-  std::atomic<uint64_t> own_from_{0};     // the first index stamped in the current term (0: none)
-  std::atomic<uint64_t> seen_index_{0};   // the highest index seen in etcd
-  std::atomic<int64_t> applied_revision_{0};
+  LogCursor cursor_;  // every log index this replica keeps
   std::atomic<int64_t> lease_{0};
   int64_t card_lease_ = 0;  // the session thread's: the lease its card is on
   absl::Time started_ = absl::Now();
   std::atomic<uint64_t> leader_changes_{0};
-  std::atomic<uint64_t> snapshot_index_{0};  // the newest snapshot this replica knows of
-  std::atomic<uint64_t> stuck_index_{0};     // the log entry this replica cannot apply (0: none)
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable changed_;      // applied entries, leadership, stopping
   std::condition_variable relay_ready_;  // outcomes queued for the leader
   std::string leader_address_;
   std::string etcd_error_;
-  std::string log_error_;  // why the log is stuck at stuck_index_, naming it; empty while it applies
+  std::string log_error_;  // why the log is stuck at cursor_.stuck(), naming it; empty while it applies
   std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
   std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;

@@ -24,7 +24,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   if (absl::Status from_snapshot = InstallSnapshot(*revision); !from_snapshot.ok()) return from_snapshot;
   for (;;) {
     etcdpb::RangeRequest page;
-    page.set_key(keys_.Log(last_index_.load() + 1));
+    page.set_key(keys_.Log(cursor_.applied() + 1));
     page.set_range_end(keys_.LogEnd());
     page.set_limit(kRangePage);
     page.set_revision(*revision);
@@ -40,34 +40,30 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   NoteEtcd(absl::OkStatus());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    applied_revision_ = std::max(applied_revision_.load(), *revision);
+    cursor_.DeliveredThrough(*revision);
     changed_.notify_all();
   }
   return absl::OkStatus();
 }
 
 bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
-  uint64_t seen = seen_index_.load();
-  while (seen < index && !seen_index_.compare_exchange_weak(seen, index)) {
-  }
-  const uint64_t last = last_index_.load();
-  if (index <= last) {
-    // Applied already, or made here. Past the first index this replica
-    // stamped as leader, an entry of another term means another leader wrote
-    // there: what this one made at that index was never written.
-    const uint64_t own = own_from_.load();
-    if (own != 0 && index >= own) {
+  cursor_.Saw(index);
+  switch (cursor_.PlaceOf(index)) {
+    case LogCursor::Place::kHeld: return true;
+    case LogCursor::Place::kMadeThisTerm: {
+      // An entry of another term where this replica stamped one means another
+      // leader wrote there: what this one made at that index was never written.
       LogEntry entry;
       if (!entry.ParseFromString(value) || entry.term() != term_.load()) {
         StepDown(absl::StrCat("another leader wrote log entry ", index));
         return false;
       }
+      return true;
     }
-    return true;
-  }
-  if (index != last + 1) {
-    log::Warn("gap in the change log, reading it again", {{"expected", last + 1}, {"got", index}});
-    return false;
+    case LogCursor::Place::kGap:
+      log::Warn("gap in the change log, reading it again", {{"expected", cursor_.applied() + 1}, {"got", index}});
+      return false;
+    case LogCursor::Place::kNext: break;
   }
   if (IsLeader()) {
     StepDown(absl::StrCat("another leader wrote log entry ", index));
@@ -83,10 +79,7 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
     SleepFor(absl::Seconds(1));
     return false;
   }
-  uint64_t known = etcd_index_.load();
-  while (known < index && !etcd_index_.compare_exchange_weak(known, index)) {
-  }
-  last_index_ = index;
+  cursor_.AppliedThrough(index);
   if (on_counted_reports_ && !change->counted_reports.empty()) on_counted_reports_(change->counted_reports);
   committer_->Submit(std::move(*change));
   NoteApplied();
@@ -94,9 +87,7 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
 }
 
 void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
-  const uint64_t seen = seen_index_.load();
-  const uint64_t applied = last_index_.load();
-  const std::string error = absl::StrCat("cannot apply change log entry ", index, " (", seen > applied ? seen - applied : 0,
+  const std::string error = absl::StrCat("cannot apply change log entry ", index, " (", cursor_.lag(),
                                          " entries behind the log): ", why.message());
   bool was_applying;
   {
@@ -104,22 +95,20 @@ void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
     was_applying = log_error_.empty();
     log_error_ = error;
   }
-  stuck_index_ = index;
+  cursor_.Stuck(index);
   if (was_applying) {
-    log::Error(absl::StrCat(error, "; not fit to serve until it is past it"), {{"applied_index", applied}});
+    log::Error(absl::StrCat(error, "; not fit to serve until it is past it"), {{"applied_index", cursor_.applied()}});
     if (on_log_health_) on_log_health_(false);
   }
 }
 
 void Replica::NoteApplied() {
-  const uint64_t stuck = stuck_index_.load();
-  if (stuck == 0 || last_index_.load() < stuck) return;
-  stuck_index_ = 0;
+  if (!cursor_.PassedStuck()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     log_error_.clear();
   }
-  log::Info("the change log applies again", {{"applied_index", last_index_.load()}});
+  log::Info("the change log applies again", {{"applied_index", cursor_.applied()}});
   if (on_log_health_) on_log_health_(true);
 }
 
@@ -184,7 +173,7 @@ void Replica::RunLog() {
       }
       if (!restart) {
         std::lock_guard<std::mutex> lock(mu_);
-        applied_revision_ = std::max(applied_revision_.load(), response.header().revision());
+        cursor_.DeliveredThrough(response.header().revision());
         changed_.notify_all();
       }
     }
@@ -210,10 +199,8 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   if (!pointer.ParseFromString(found->kvs(0).value())) {
     return absl::DataLossError(absl::StrCat(keys_.Snapshot(), ": does not parse"));
   }
-  uint64_t known = snapshot_index_.load();
-  while (known < pointer.log_index() && !snapshot_index_.compare_exchange_weak(known, pointer.log_index())) {
-  }
-  const uint64_t next = last_index_.load() + 1;
+  cursor_.KnowSnapshot(pointer.log_index());
+  const uint64_t next = cursor_.applied() + 1;
   if (pointer.log_index() < next) return absl::OkStatus();
   etcdpb::RangeRequest entry;
   entry.set_key(keys_.Log(next));
@@ -257,10 +244,7 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   if (absl::Status applied = engine_->ApplyChange(full, clock_->Now()); !applied.ok()) {
     return absl::DataLossError(absl::StrCat("the snapshot at log entry ", at, ": ", applied.message()));
   }
-  last_index_ = at;
-  known = etcd_index_.load();
-  while (known < at && !etcd_index_.compare_exchange_weak(known, at)) {
-  }
+  cursor_.AppliedThrough(at);
   committer_->Submit(std::move(full));
   log::Info("this replica was behind the kept change log; started from the cluster's snapshot",
             {{"log_index", at}, {"was_at", next - 1}});
@@ -277,9 +261,7 @@ void Replica::ResetToLog() {
   const RestoredState state = feed_->State();
   const absl::Status reset = engine_->ResetTo(state, clock_->Now());
   if (!reset.ok()) log::Error(absl::StrCat("cannot go back to the replicated state: ", reset.message()));
-  last_index_ = state.log_index;
-  etcd_index_ = state.log_index;
-  own_from_ = 0;
+  cursor_.Reset(state.log_index);
   log::Info("back to the replicated state; following the log", {{"applied_index", state.log_index}});
 }
 

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "absl/time/time.h"
@@ -18,8 +17,6 @@ namespace failover::cluster {
 constexpr size_t kRangePage = 256;
 constexpr size_t kRelayBatch = 1000;
 constexpr size_t kRelayMinBatch = 16;
-// The log index of a Change made while this replica was not the leader.
-constexpr uint64_t kNotInTheLog = std::numeric_limits<uint64_t>::max();
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
 

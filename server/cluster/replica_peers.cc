@@ -127,7 +127,7 @@ void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Dura
   ++relay_waited_;
   relay_ready_.notify_one();
   if (!changed_.wait_until(lock, deadline, [&] { return acked->done || stopping_.load(); })) return;
-  changed_.wait_until(lock, deadline, [&] { return last_index_.load() >= acked->log_index || stopping_.load(); });
+  changed_.wait_until(lock, deadline, [&] { return cursor_.applied() >= acked->log_index || stopping_.load(); });
 }
 
 void Replica::StampRelayed(failover::v1::ReportOutcomeRequest* report) {

@@ -146,7 +146,7 @@ bool Replica::AwaitLogAt(int64_t term) {
       std::unique_lock<std::mutex> lock(mu_);
       const absl::Duration slice = std::min(options_.lease / 3, std::max(give_up - absl::Now(), absl::ZeroDuration()));
       if (changed_.wait_for(lock, absl::ToChronoNanoseconds(slice), [&] {
-            return stopping_.load() || (applied_revision_.load() >= term && !reset_wanted_.load());
+            return stopping_.load() || (cursor_.applied_revision() >= term && !reset_wanted_.load());
           })) {
         return !stopping_.load();
       }
@@ -158,8 +158,8 @@ bool Replica::AwaitLogAt(int64_t term) {
 }
 
 bool Replica::OverwriteStuckEntry(int64_t term) {
-  const uint64_t stuck = stuck_index_.load();
-  if (stuck == 0 || stuck != last_index_.load() + 1) return false;
+  if (!cursor_.StuckOnNext()) return false;
+  const uint64_t stuck = cursor_.stuck();
   std::string why;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,16 +193,17 @@ void Replica::BecomeLeader(int64_t term) {
     return;
   }
   term_ = term;
-  own_from_ = last_index_.load() + 1;
+  cursor_.Lead();
   leader_.store(true, std::memory_order_release);
   leader_changes_.fetch_add(1);
   if (writes_ok_.load()) engine_->SetAcceptingChanges(true);
   SetLeaderAddress(advertise_);
-  log::Info("this replica is the cluster's leader", {{"term", term}, {"applied_index", last_index_.load()}});
+  log::Info("this replica is the cluster's leader", {{"term", term}, {"applied_index", cursor_.applied()}});
   if (on_leader_) on_leader_();
 }
 
 void Replica::StepDown(const std::string& why) {
+  cursor_.Depose();  // first: no Change made from here on takes a place in the log
   if (leader_.exchange(false)) {
     left_term_ = term_.load();
     engine_->SetAcceptingChanges(false, absl::StrCat("this replica stopped being the cluster's leader: ", why));

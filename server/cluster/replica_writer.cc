@@ -13,21 +13,16 @@ namespace failover::cluster {
 // --- writing: the leader's Changes go to the log, fenced on its leadership ---
 
 void Replica::Stamp(Change* change) {
-  // The applied cursor is the log's: only a leader's changes take a place in
-  // it. One made as leadership was lost (its maker passed the engine's
-  // accepting gate before the step-down) gets none, so a deposed replica never
-  // skips the next real entry; Write drops it, and the engine goes back to the
-  // log's state.
-  if (!IsLeader()) {
-    change->log_index = kNotInTheLog;
-    return;
-  }
-  change->log_index = last_index_.fetch_add(1) + 1;
+  // Only a leader's changes take a place in the log. One made as leadership
+  // was lost (its maker passed the engine's accepting gate before the
+  // step-down) gets none (LogCursor), so a deposed replica never skips the
+  // next real entry; Write drops it, and the engine goes back to the log's state.
+  change->log_index = cursor_.Stamp();
 }
 
 absl::Status Replica::Write(const std::vector<const Change*>& changes, const LocalWrite& local) {
   std::vector<const Change*> fresh;  // made here and not in etcd yet
-  const uint64_t in_etcd = etcd_index_.load();
+  const uint64_t in_etcd = cursor_.in_etcd();
   for (const Change* c : changes) {
     if (c->log_index > in_etcd) fresh.push_back(c);
   }
@@ -94,10 +89,7 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
                                               "change was written; the change was dropped, try again"),
                        saved_before(first));
       }
-      const uint64_t last = fresh[next - 1]->log_index;
-      uint64_t known = etcd_index_.load();
-      while (known < last && !etcd_index_.compare_exchange_weak(known, last)) {
-      }
+      cursor_.Written(fresh[next - 1]->log_index);
     }
   }
   return local(changes);
@@ -124,10 +116,10 @@ void Replica::OnWrites(const absl::Status& status) {
 
 void Replica::Compact() {
   if (!IsLeader() || options_.log_keep == 0) return;
-  if (LogIndex() < snapshot_index_.load() + options_.log_keep) return;
+  if (!cursor_.DueForSnapshot(LogIndex(), options_.log_keep)) return;
   const RestoredState state = feed_->State();  // published: in etcd and here
   const uint64_t at = state.log_index;
-  if (at < snapshot_index_.load() + options_.log_keep) return;
+  if (!cursor_.DueForSnapshot(at, options_.log_keep)) return;
   const int64_t term = term_.load();
   const std::vector<failover::v1::FollowedState> parts = api::StateToProto(state, options_.max_request_bytes / 3);
   // Fenced like every leader write, each part on its own (one transaction
@@ -164,7 +156,7 @@ void Replica::Compact() {
   absl::StatusOr<etcdpb::TxnResponse> done = etcd_->Txn(txn);
   if (!done.ok()) return NoteEtcd(done.status());
   if (!done->succeeded()) return StepDown("another replica holds the leader key");
-  snapshot_index_ = at;
+  cursor_.KnowSnapshot(at);
   log::Info("change log compacted", {{"snapshot_at", at}, {"kept_from", keep_from}});
 }
 

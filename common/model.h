@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/heap_optional.h"
 
 namespace failover {
 
@@ -167,7 +168,7 @@ struct TargetConfig {
   bool enabled = true;
   std::string managed_by;  // config file path, empty = API
   // The target's own health settings; unset = its chains' (which must agree).
-  std::optional<HealthPolicy> health;
+  HeapOptional<HealthPolicy> health;  // on the heap: most targets leave it unset
 
   const std::string& UpstreamModel() const { return upstream_model.empty() ? name : upstream_model; }
   // Each field that differs from `o` (this is the old version).

@@ -1562,5 +1562,27 @@ TEST_F(EngineTest, AnEngineThatMakesNoTransitionsGivesTheSameVerdict) {
   }
 }
 
+TEST(TargetConfigTest, ItsOwnHealthSettingsAreCopiedWholeComparedByValueAndCostAPointerUnset) {
+  TargetConfig a;
+  a.name = "a";
+  EXPECT_EQ(sizeof(a.health), sizeof(void*));  // what 20,000 targets without their own settings pay
+  TargetConfig b = a;
+  EXPECT_EQ(a, b);
+  b.health = HealthPolicy();
+  b.health->trip_errors = 4;
+  EXPECT_FALSE(a.health.has_value());
+  EXPECT_NE(a, b);
+  TargetConfig c = b;  // a copy of its own: changing it leaves b alone
+  c.health->trip_errors = 5;
+  EXPECT_EQ(b.health->trip_errors, 4u);
+  EXPECT_NE(b, c);
+  c.health->trip_errors = 4;
+  EXPECT_EQ(b, c);
+  ASSERT_EQ(b.Differences(a).size(), 1u);
+  EXPECT_EQ(b.Differences(a)[0].field, "health");
+  c.health = std::nullopt;
+  EXPECT_EQ(a, c);
+}
+
 }  // namespace
 }  // namespace failover

@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
   CLI::App app{"The caller's loop with failoverd: direct, remote and local decisions"};
   app.add_option("--seconds", seconds, "Per case")->capture_default_str();
   app.add_option("--trips", trips, "Trips timed for convergence")->capture_default_str();
-  app.add_option("--only", only, "Run one mode: direct, remote or local (no convergence)");
+  app.add_option("--only", only,
+                 "Run one mode: direct, remote, local or local-decision (the decision alone; no convergence)");
   CLI11_PARSE(app, argc, argv);
   curl_global_init(CURL_GLOBAL_DEFAULT);
 
@@ -242,8 +243,8 @@ int main(int argc, char** argv) {
                   local_mode);
     };
   };
-  if (only.empty()) {
-    Print("remote-decision-only", 1, Measure(port, 1, seconds, decide_only(**remote, false)));
+  if (only.empty()) Print("remote-decision-only", 1, Measure(port, 1, seconds, decide_only(**remote, false)));
+  if (only.empty() || only == "local-decision") {
     Print("local-decision-only", 1, Measure(port, 1, seconds, decide_only(**local, true)));
   }
   if (!only.empty()) trips = 0;

@@ -258,8 +258,19 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   undo.manual.push_back(ManualFailoverRecord{"a", false, "", absl::InfinitePast()});
   ASSERT_NO_FATAL_FAILURE(write(undo));
 
+  // A config edit of objects that have state records keeps the records.
+  Change edit;
+  edit.config_generation = 3;
+  a.labels["tier"] = "gold";
+  c.policy.trip_failure_rate = 30;
+  edit.put_targets = {a};
+  edit.put_chains = {c};
+  ASSERT_NO_FATAL_FAILURE(write(edit));
+  EXPECT_EQ(mirror.State().health.size(), 2u);
+  EXPECT_EQ(mirror.State().chain_states.size(), 1u);
+
   Change deletion;
-  deletion.config_generation = 3;
+  deletion.config_generation = 4;
   deletion.deleted_targets = {"a"};
   deletion.deleted_chains = {"ch"};
   ASSERT_NO_FATAL_FAILURE(write(deletion));

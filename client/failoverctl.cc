@@ -373,8 +373,8 @@ std::string ClusterLine(const v1::ClusterStatus& c) {
     absl::StrAppend(&line, "\n");
   }
   if (c.rpm_replicas() > 1) {
-    absl::StrAppend(&line, "rpm caps: this replica plans its part of each, 1/", c.rpm_replicas(), " (rank ", c.rpm_rank(),
-                    ")\n");
+    absl::StrAppend(&line, "rpm caps: leased from the leader as callers use them; 1/", c.rpm_replicas(), " (rank ",
+                    c.rpm_rank(), ") of each in a minute without a lease\n");
   }
   if (!c.etcd_error().empty()) absl::StrAppend(&line, "etcd: ", c.etcd_error(), "\n");
   if (!c.log_error().empty()) absl::StrAppend(&line, "log: ", c.log_error(), " (NOT_SERVING)\n");

@@ -35,6 +35,11 @@ grpc::ServerUnaryReactor* DecisionService::Probe(grpc::CallbackServerContext* ct
   return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::DoProbe, Route::kLeader);
 }
 
+grpc::ServerUnaryReactor* DecisionService::LeaseRpm(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                    grpc::ByteBuffer* out) {
+  return ServeUnary(ctx_, Role::kDecide, ctx, in, out, this, &DecisionService::DoLeaseRpm, Route::kLeader);
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::WatchEvents(grpc::CallbackServerContext* ctx,
                                                                          const grpc::ByteBuffer* in) {
   WatchEventsRequest request;
@@ -184,6 +189,23 @@ void DecisionService::TraceCheck(const AcceptedCheck& check, absl::Time now) {
   entry.facts = check.result->facts;
   entry.facts.success = check.outcome == ProbeOutcome::kPass || check.outcome == ProbeOutcome::kNotLoaded;
   ctx_.trace->Add(std::move(entry));
+}
+
+absl::Status DecisionService::DoLeaseRpm(const failover::v1::LeaseRpmRequest& req,
+                                         failover::v1::LeaseRpmResponse* resp) {
+  constexpr int kMaxAsks = 10000;
+  if (ctx_.leader == nullptr) {
+    return absl::FailedPreconditionError(
+        "LeaseRpm: this failoverd is not in cluster mode; a single node plans every limits.rpm whole");
+  }
+  if (req.requester().empty()) return absl::InvalidArgumentError("requester: must not be empty");
+  if (req.requester().size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("requester: at most 256 bytes, got ", req.requester().size()));
+  }
+  if (req.asks_size() > kMaxAsks) {
+    return absl::InvalidArgumentError(absl::StrCat("asks: at most ", kMaxAsks, " per call, got ", req.asks_size()));
+  }
+  return ctx_.leader->LeaseRpm(req, resp);
 }
 
 absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* resp) {

@@ -22,7 +22,8 @@ using DecisionServiceBase =
     DecisionGrpc::WithRawCallbackMethod_WatchEvents<
     DecisionGrpc::WithRawCallbackMethod_StreamOutcomes<
     DecisionGrpc::WithRawCallbackMethod_FollowState<
-    DecisionGrpc::Service>>>>>>;
+    DecisionGrpc::WithRawCallbackMethod_LeaseRpm<
+    DecisionGrpc::Service>>>>>>>;
 
 class DecisionService final : public DecisionServiceBase {
  public:
@@ -45,6 +46,8 @@ class DecisionService final : public DecisionServiceBase {
                                                             grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* FollowState(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* LeaseRpm(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
   // The handlers without the call around them (the fuzzers call these).
   // Each waits for its answer; the Start forms are the same without waiting
@@ -52,6 +55,7 @@ class DecisionService final : public DecisionServiceBase {
   absl::Status Pick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp);
   void StartPick(const failover::v1::PickTargetRequest& req, failover::v1::PickTargetResponse* resp, Answer answer);
   absl::Status DoProbe(const failover::v1::ProbeRequest& req, failover::v1::ProbeResponse* resp);
+  absl::Status DoLeaseRpm(const failover::v1::LeaseRpmRequest& req, failover::v1::LeaseRpmResponse* resp);
   absl::Status Report(const failover::v1::ReportOutcomeRequest& req, failover::v1::ReportOutcomeResponse* resp) {
     return Report(req, resp, /*relayed=*/false);
   }

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "failover/v1/admin.pb.h"
 #include "failover/v1/decision.pb.h"
@@ -36,6 +37,10 @@ class LeaderLink {
   // The last Change log entry made or applied here.
   virtual uint64_t LogIndex() const = 0;
   virtual void Describe(failover::v1::ClusterStatus* out) const = 0;
+  // The leader: grants shares of targets' limits.rpm (the request's fields
+  // are checked). Called only on the leader.
+  virtual absl::Status LeaseRpm(const failover::v1::LeaseRpmRequest& request,
+                                failover::v1::LeaseRpmResponse* response) = 0;
 };
 
 }  // namespace failover::api

@@ -79,6 +79,8 @@ void Replica::Run(std::string advertise, std::string peer_token, std::function<v
   log_thread_ = std::thread([this] { RunLog(); });
   session_thread_ = std::thread([this] { RunSession(); });
   relay_thread_ = std::thread([this] { RunRelay(); });
+  engine_->LeaseRpm(true);
+  rpm_thread_ = std::thread([this] { RunRpmLeases(); });
 }
 
 void Replica::Stop() {
@@ -92,6 +94,7 @@ void Replica::Stop() {
   if (log_thread_.joinable()) log_thread_.join();
   if (session_thread_.joinable()) session_thread_.join();
   if (relay_thread_.joinable()) relay_thread_.join();
+  if (rpm_thread_.joinable()) rpm_thread_.join();
   cursor_.Depose();
   if (leader_.exchange(false)) engine_->SetAcceptingChanges(false, "failoverd is shutting down");
   // Resign at once, so another replica takes over without waiting out the lease.

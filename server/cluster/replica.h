@@ -45,6 +45,7 @@
 #include "server/cluster/etcd_client.h"
 #include "server/cluster/log_cursor.h"
 #include "server/cluster/log_entry.h"
+#include "server/cluster/rpm_budgets.h"
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
 
@@ -117,6 +118,8 @@ class Replica final : public api::LeaderLink {
   void RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) override;
   uint64_t LogIndex() const override { return cursor_.applied(); }
   void Describe(failover::v1::ClusterStatus* out) const override;
+  absl::Status LeaseRpm(const failover::v1::LeaseRpmRequest& request,
+                        failover::v1::LeaseRpmResponse* response) override;
 
   // Waits until this replica has applied log entry `index` (tests, start).
   bool WaitApplied(uint64_t index, absl::Duration timeout);
@@ -129,8 +132,12 @@ class Replica final : public api::LeaderLink {
   void RunLog();      // applies the log: a range to catch up, then a watch
   void RunSession();  // the lease, the campaign, leadership
   void RunRelay();    // outcomes to the leader
+  void RunRpmLeases();  // this replica's shares of the rpm caps, from the leader
   void DropOldestRelayedLocked();  // mu_ held: the queue is full
   void StampRelayed(failover::v1::ReportOutcomeRequest* report);
+  // A call to the leader of this replica's own (relayed outcomes, rpm
+  // leases): a peer token, marked as passed on, a short deadline.
+  void PrepareLeaderCall(grpc::ClientContext* context) const;
   // Applies what one range or watch brought. False: start over (a gap, a
   // conflict, a reset to do).
   bool ApplyEntry(uint64_t index, const std::string& value);
@@ -214,10 +221,14 @@ class Replica final : public api::LeaderLink {
   size_t relay_batch_ = 0;  // reports per call: halved when a call runs out of time, grown back after
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 
+  std::mutex rpm_mu_;
+  RpmLedger rpm_ledger_;  // guarded by rpm_mu_: the shares this replica granted while leading
+
 
   std::thread log_thread_;
   std::thread session_thread_;
   std::thread relay_thread_;
+  std::thread rpm_thread_;
 };
 
 // Hands a replica's CollectMetrics to the metrics exposer (which keeps only a

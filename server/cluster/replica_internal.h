@@ -2,7 +2,8 @@
 // Replica's parts: replica.cc (start, stop, status), replica_writer.cc (the
 // leader's fenced log writes and snapshots), replica_follower.cc (applying
 // the log), replica_session.cc (elections and leadership), replica_peers.cc
-// (calls passed to the leader, relayed outcomes).
+// (calls passed to the leader, relayed outcomes), replica_rpm.cc (rpm caps
+// leased from the leader).
 #pragma once
 
 #include <chrono>

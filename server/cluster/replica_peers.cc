@@ -104,6 +104,13 @@ grpc::Status Replica::Forward(const std::string& method, const grpc::ServerConte
   return result;
 }
 
+void Replica::PrepareLeaderCall(grpc::ClientContext* context) const {
+  // Short: while a leader does not answer, followers must stop waiting on it soon.
+  context->set_deadline(DeadlineIn(absl::Seconds(1)));
+  if (!peer_token_.empty()) context->AddMetadata("authorization", "Bearer " + peer_token_);
+  context->AddMetadata(api::kForwardedHeader, "1");
+}
+
 void Replica::DropOldestRelayedLocked() {
   if (relay_.front().acked) --relay_waited_;  // its caller stops waiting at its deadline
   relay_.pop_front();
@@ -180,10 +187,7 @@ void Replica::RunRelay() {
     if (channel) {
       auto stub = failover::v1::DecisionService::NewStub(channel);
       grpc::ClientContext context;
-      // Short: while a leader does not answer, followers must stop waiting on it soon.
-      context.set_deadline(DeadlineIn(absl::Seconds(1)));
-      if (!peer_token_.empty()) context.AddMetadata("authorization", "Bearer " + peer_token_);
-      context.AddMetadata(api::kForwardedHeader, "1");
+      PrepareLeaderCall(&context);
       failover::v1::StreamOutcomesResponse summary;
       auto writer = stub->StreamOutcomes(&context, &summary);
       for (const Relayed& r : batch) {

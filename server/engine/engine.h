@@ -76,6 +76,10 @@ struct TargetRuntime {
   std::atomic<uint32_t> rpm_count{0};
   std::atomic<int64_t> held_until_ns{INT64_MIN};
   std::atomic<int64_t> rpm_minute{-1};
+  // Leased rpm budgets (cluster mode): what the leader granted this process
+  // for a minute, as minute << 32 | requests, in the slot of the minute's
+  // parity (the current minute's, and the next one's asked ahead of time).
+  std::atomic<uint64_t> rpm_grant[2] = {0, 0};
   std::atomic<int64_t> last_activity_ns{INT64_MIN};
   // Decaying average of the success latency callers report (least_latency);
   // -1 = not measured since the target was last usable.
@@ -470,6 +474,27 @@ class Engine {
   uint32_t rpm_rank() const { return static_cast<uint32_t>(rpm_share_.load(std::memory_order_relaxed)); }
   uint32_t rpm_replicas() const { return static_cast<uint32_t>(rpm_share_.load(std::memory_order_relaxed) >> 32); }
   static uint32_t RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas);
+  // Leased budgets (DESIGN 3.12): once on, a target's cap in a minute is what
+  // the leader granted this process for that minute; a minute without a grant
+  // (the leader could not be reached) falls back to the even part above.
+  void LeaseRpm(bool leased) { rpm_leased_.store(leased, std::memory_order_relaxed); }
+  bool rpm_leased() const { return rpm_leased_.load(std::memory_order_relaxed); }
+  // A grant for `minute` (minutes since the Unix epoch); a target that is not
+  // configured (any more) is passed over.
+  void SetRpmGrant(absl::string_view target, int64_t minute, uint32_t requests);
+  // What a capped target has used of `minute` here, and what it was granted.
+  struct RpmUse {
+    std::string target;
+    uint32_t cap = 0;
+    uint32_t used = 0;          // requests planned in `minute`
+    uint32_t granted = 0;       // the grant for `minute` ...
+    bool has_grant = false;     // ... if there is one
+    uint32_t next_granted = 0;  // the grant for the minute after ...
+    bool has_next_grant = false;
+  };
+  std::vector<RpmUse> RpmUses(int64_t minute) const;
+  // A target's limits.rpm (0: none, or no such target).
+  uint32_t RpmCap(absl::string_view target) const;
 
   // --- views ---
   uint64_t generation() const;
@@ -571,6 +596,7 @@ class Engine {
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};
   std::atomic<uint64_t> rpm_share_{1};  // replicas << 32 | rank: read in one load
+  std::atomic<bool> rpm_leased_{false};
   std::unique_ptr<DecisionStore> decisions_;
 
   // Lock order: writer_mu_, then a target or chain lock, then nothing.

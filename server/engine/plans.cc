@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -27,14 +28,67 @@ uint32_t Engine::RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas) {
   return cap / replicas + (rank < cap % replicas ? 1 : 0);
 }
 
+namespace {
+
+uint64_t PackGrant(int64_t minute, uint32_t requests) { return static_cast<uint64_t>(minute) << 32 | requests; }
+
+// The grant a slot holds for `minute`, if it holds one for that minute.
+std::optional<uint32_t> GrantFor(const TargetRuntime& rt, int64_t minute) {
+  const uint64_t grant = rt.rpm_grant[minute & 1].load(std::memory_order_relaxed);
+  if (grant == 0 || static_cast<int64_t>(grant >> 32) != minute) return std::nullopt;
+  return static_cast<uint32_t>(grant);
+}
+
+uint32_t UsedIn(const TargetRuntime& rt, int64_t minute) {
+  return rt.rpm_minute.load(std::memory_order_relaxed) == minute ? rt.rpm_count.load(std::memory_order_relaxed) : 0;
+}
+
+}  // namespace
+
 bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) const {
   if (limit_rpm == 0) return false;  // no cap
-  const uint64_t share = rpm_share_.load(std::memory_order_relaxed);
-  const uint32_t mine = RpmShare(limit_rpm, static_cast<uint32_t>(share), static_cast<uint32_t>(share >> 32));
-  if (mine == 0) return true;  // a cap smaller than the cluster: other replicas plan it
   const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
-  return rt.rpm_minute.load(std::memory_order_relaxed) == minute &&
-         rt.rpm_count.load(std::memory_order_relaxed) >= mine;
+  const std::optional<uint32_t> granted =
+      rpm_leased_.load(std::memory_order_relaxed) ? GrantFor(rt, minute) : std::nullopt;
+  const uint64_t share = rpm_share_.load(std::memory_order_relaxed);
+  const uint32_t mine = granted.has_value()
+                            ? *granted
+                            : RpmShare(limit_rpm, static_cast<uint32_t>(share), static_cast<uint32_t>(share >> 32));
+  if (mine == 0) return true;  // nothing granted, or a cap smaller than the cluster: others plan it
+  return UsedIn(rt, minute) >= mine;
+}
+
+void Engine::SetRpmGrant(absl::string_view target, int64_t minute, uint32_t requests) {
+  if (minute < 0 || minute > UINT32_MAX) return;  // not a minute of this era; never packed
+  const std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(target);
+  if (t == nullptr) return;
+  t->rt->rpm_grant[minute & 1].store(PackGrant(minute, requests), std::memory_order_relaxed);
+}
+
+std::vector<Engine::RpmUse> Engine::RpmUses(int64_t minute) const {
+  std::vector<RpmUse> uses;
+  const std::shared_ptr<const Snapshot> snap = Load();
+  for (const TargetEntry& t : snap->targets) {
+    if (t.config.limit_rpm == 0) continue;
+    RpmUse& use = uses.emplace_back();
+    use.target = t.config.name;
+    use.cap = t.config.limit_rpm;
+    use.used = UsedIn(*t.rt, minute);
+    const std::optional<uint32_t> granted = GrantFor(*t.rt, minute);
+    use.has_grant = granted.has_value();
+    use.granted = granted.value_or(0);
+    const std::optional<uint32_t> next = GrantFor(*t.rt, minute + 1);
+    use.has_next_grant = next.has_value();
+    use.next_granted = next.value_or(0);
+  }
+  return uses;
+}
+
+uint32_t Engine::RpmCap(absl::string_view target) const {
+  const std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(target);
+  return t == nullptr ? 0 : t->config.limit_rpm;
 }
 
 void Engine::CountRequest(const TargetEntry& t, absl::Time now) {

@@ -442,7 +442,7 @@ TEST_F(ClusterTest, AnAdminChangeOnAFollowerIsSeenEverywhere) {
   EXPECT_NE(ctl.out.find("is a follower; leader " + Address(leader_)), std::string::npos) << ctl.out;
   EXPECT_NE(ctl.out.find("replicas (3): "), std::string::npos) << ctl.out;
   EXPECT_NE(ctl.out.find(Address(leader_) + " (leader"), std::string::npos) << ctl.out;
-  EXPECT_NE(ctl.out.find("rpm caps: this replica plans its part of each, 1/3 (rank "), std::string::npos) << ctl.out;
+  EXPECT_NE(ctl.out.find("rpm caps: leased from the leader as callers use them; 1/3 (rank "), std::string::npos) << ctl.out;
 }
 
 TEST_F(ClusterTest, ATripReportedAtAFollowerChangesPlansOnEveryReplica) {
@@ -1636,46 +1636,102 @@ TEST_F(ClusterTest, ARateLimitMetThroughOneReplicaHoldsTheTargetOnEvery) {
   })) << "leader " << held_until(leader_) << ", followers " << held_until(f1) << " / " << held_until(f2);
 }
 
-TEST_F(ClusterTest, AnRpmCapIsSharedByTheReplicasNotPlannedByEach) {
-  constexpr uint32_t kCap = 7;
-  v1::ApplyRequest config = Config(1000);
-  config.mutable_targets(0)->mutable_limits()->set_rpm(kCap);
-  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
-  // Each replica takes its part once it has listed the others.
+TEST_F(ClusterTest, AnRpmCapIsLeasedToTheReplicasWhoseCallersUseItAndNeverPlannedTwice) {
+  constexpr uint32_t kCap = 12;
+  // Each replica sizes what it asks for by how many share the cap: the cap
+  // comes once they all know of each other.
   for (int i = 0; i < kReplicas; ++i) {
     ASSERT_TRUE(Within(10, [&] { return Status(i).replicas_size() == kReplicas; })) << "replica " << i;
   }
-  // More picks on every replica than the whole cap: together they plan "a"
-  // first exactly kCap times in a minute. Caps count per wall-clock minute, so
-  // a round starts early in a minute no round has used; one that runs into the
-  // next minute is taken again.
+  v1::ApplyRequest config = Config(1000);
+  config.mutable_targets(0)->mutable_limits()->set_rpm(kCap);
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
+  // Every caller goes through one follower (a balancer that spreads them
+  // unevenly). Its share follows them: it plans "a" first for all of the cap
+  // but the small part each idle replica holds (a quarter of its even part,
+  // at least one), where an even split would have stopped it at 4. Caps count
+  // per wall-clock minute, so a round starts early in a minute no round has
+  // used; one that runs into the next minute is taken again.
+  const int busy = Follower();
+  constexpr int kIdleHold = 1;
+  constexpr int kBusyPlans = kCap - (kReplicas - 1) * kIdleHold;
   auto minute_now = [] { return absl::ToUnixSeconds(absl::Now()) / 60; };
+  auto plans_a = [&](int i) {
+    const v1::PickTargetResponse plan = Pick(i);
+    return plan.attempts_size() > 0 && plan.attempts(0).target() == "a";
+  };
   std::vector<int> planned;
   int64_t used = -1;
   for (int round = 0; round < 3; ++round) {
-    ASSERT_TRUE(Within(70, [&] { return minute_now() > used && absl::ToUnixSeconds(absl::Now()) % 60 < 55; }));
+    ASSERT_TRUE(Within(70, [&] { return minute_now() > used && absl::ToUnixSeconds(absl::Now()) % 60 < 40; }));
     const int64_t minute = minute_now();
     planned.assign(kReplicas, 0);
+    // Until the busy replica's grants add up to its part (each refill within
+    // a tenth of a second of its grant running low), then 200 picks more:
+    // the leader has no more to grant.
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (planned[static_cast<size_t>(busy)] < kBusyPlans && absl::Now() < deadline) {
+      planned[static_cast<size_t>(busy)] += plans_a(busy);
+    }
+    for (int k = 0; k < 200; ++k) planned[static_cast<size_t>(busy)] += plans_a(busy);
+    // The idle replicas still plan what they hold, and no more.
     for (int i = 0; i < kReplicas; ++i) {
-      for (uint32_t k = 0; k < kCap + 3; ++k) {
-        const v1::PickTargetResponse plan = Pick(i);
-        if (plan.attempts_size() > 0 && plan.attempts(0).target() == "a") ++planned[static_cast<size_t>(i)];
-      }
+      if (i == busy) continue;
+      for (int k = 0; k < 5; ++k) planned[static_cast<size_t>(i)] += plans_a(i);
     }
     used = minute_now();
     if (used == minute) break;
   }
+  // (An idle replica that asked only after the busy one took the cap's rest
+  // holds nothing: the busy one then planned its part too.)
+  EXPECT_GE(planned[static_cast<size_t>(busy)], kBusyPlans) << "the busy replica's share did not follow its callers";
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i == busy) continue;
+    EXPECT_LE(planned[static_cast<size_t>(i)], kIdleHold) << "idle replica " << i;
+  }
   EXPECT_EQ(planned[0] + planned[1] + planned[2], static_cast<int>(kCap))
       << "replicas planned a first " << planned[0] << ", " << planned[1] << " and " << planned[2] << " times";
-  std::vector<int> parts = planned;
-  std::sort(parts.begin(), parts.end());
-  EXPECT_EQ(parts, (std::vector<int>{2, 2, 3})) << "the cap is not split evenly";
-  // Each replica says which part it plans: the one ranked first takes the 3.
-  for (int i = 0; i < kReplicas; ++i) {
-    const ClusterStatus s = Status(i);
-    EXPECT_EQ(s.rpm_replicas(), static_cast<uint32_t>(kReplicas)) << "replica " << i;
-    EXPECT_EQ(planned[static_cast<size_t>(i)], s.rpm_rank() == 0 ? 3 : 2) << "replica " << i << ": " << s.DebugString();
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Status(i).rpm_replicas(), static_cast<uint32_t>(kReplicas));
+}
+
+TEST_F(ClusterTest, LeaseRpmIsTheLeadersAndChecksItsFields) {
+  v1::ApplyRequest config = Config(1000);
+  config.mutable_targets(0)->mutable_limits()->set_rpm(10);
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
+  const int64_t minute = absl::ToUnixSeconds(absl::Now()) / 60;
+  auto lease = [&](int replica, const v1::LeaseRpmRequest& req, v1::LeaseRpmResponse* resp) {
+    return Decide(replica)->LeaseRpm(Ctx().get(), req, resp);
+  };
+  v1::LeaseRpmRequest req;
+  req.set_requester("a-caller");
+  v1::RpmAsk* ask = req.add_asks();
+  ask->set_target("a");
+  ask->set_minute(minute + 1);  // the next minute: no replica's books hold any of it before 45 s
+  ask->set_want(3);
+  req.add_asks()->set_target("no-such-target");
+  req.mutable_asks(1)->set_minute(minute);
+  // Asked at a follower, answered by the leader's books: the same share again.
+  for (int replica : {Follower(), leader_}) {
+    v1::LeaseRpmResponse resp;
+    const grpc::Status ok = lease(replica, req, &resp);
+    ASSERT_TRUE(ok.ok()) << ok.error_message();
+    ASSERT_EQ(resp.grants_size(), 1) << resp.DebugString();  // the unknown target gets none
+    EXPECT_EQ(resp.grants(0).target(), "a");
+    EXPECT_EQ(resp.grants(0).minute(), minute + 1);
+    EXPECT_GE(resp.grants(0).requests(), 1u);
+    EXPECT_LE(resp.grants(0).requests(), 3u);
   }
+  v1::LeaseRpmRequest bad = req;
+  bad.mutable_asks(0)->set_minute(minute + 5);
+  v1::LeaseRpmResponse resp;
+  grpc::Status refused = lease(Follower(), bad, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("asks[0].minute"), std::string::npos) << refused.error_message();
+  bad = req;
+  bad.clear_requester();
+  refused = lease(leader_, bad, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("requester"), std::string::npos) << refused.error_message();
 }
 
 TEST_F(ClusterTest, AChangeEtcdRefusesIsMadeNowhere) {

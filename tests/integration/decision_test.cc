@@ -202,6 +202,17 @@ TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
   EXPECT_EQ(badstatus.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(badstatus.error_message(), HasSubstr("failure.http_status"));
 
+  // Leased rpm budgets are the cluster's: a single node plans each cap whole
+  // (the follower run of these tests answers it; cluster_test checks that).
+  v1::LeaseRpmRequest lease;
+  lease.set_requester("me");
+  v1::LeaseRpmResponse leased;
+  grpc::Status single = decide_->LeaseRpm(Ctx().get(), lease, &leased);
+  if (cluster_leader_ == nullptr) {
+    EXPECT_EQ(single.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(single.error_message(), HasSubstr("not in cluster mode"));
+  }
+
   v1::ApplyRequest dry = good;
   dry.mutable_targets(0)->set_cost(2.5);
   dry.set_dry_run(true);

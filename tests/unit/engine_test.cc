@@ -543,6 +543,54 @@ TEST_F(EngineTest, ReplicasSplitAnRpmCapSoThePartsAddUpToIt) {
   EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
 }
 
+TEST_F(EngineTest, ALeasedRpmCapPlansWhatTheLeaderGrantedForTheMinuteAndTheEvenPartWithoutAGrant) {
+  TargetConfig a = Target("a");
+  a.limit_rpm = 9;
+  ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
+  engine_.SetRpmShare(0, 3);  // the even part: 3 of 9
+  engine_.LeaseRpm(true);
+  const int64_t minute = absl::ToUnixSeconds(now_) / 60;
+  auto planned_a = [&](int picks) {
+    int n = 0;
+    for (int i = 0; i < picks; ++i) n += Pick("ch").attempts[0].target->config.name == "a";
+    return n;
+  };
+  // Granted 7 for this minute (the other replicas were idle): 7, not 3.
+  engine_.SetRpmGrant("a", minute, 7);
+  EXPECT_EQ(planned_a(10), 7);
+  // A grant raised within the minute takes effect at once.
+  engine_.SetRpmGrant("a", minute, 8);
+  EXPECT_EQ(planned_a(10), 1);
+  // What it used and holds is what the replica tells the leader.
+  std::vector<Engine::RpmUse> uses = engine_.RpmUses(minute);
+  ASSERT_EQ(uses.size(), 1u);  // only the capped target
+  EXPECT_EQ(uses[0].target, "a");
+  EXPECT_EQ(uses[0].cap, 9u);
+  EXPECT_EQ(uses[0].used, 8u);
+  EXPECT_TRUE(uses[0].has_grant);
+  EXPECT_EQ(uses[0].granted, 8u);
+  EXPECT_FALSE(uses[0].has_next_grant);
+  // The next minute was granted ahead of time: nothing of it (the others needed it all).
+  engine_.SetRpmGrant("a", minute + 1, 0);
+  EXPECT_TRUE(engine_.RpmUses(minute)[0].has_next_grant);
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(planned_a(5), 0);
+  // A minute with no grant (the leader could not be reached): the even part.
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(planned_a(5), 3);
+  // A grant for a target that is not configured is passed over.
+  engine_.SetRpmGrant("gone", minute + 2, 5);
+  EXPECT_EQ(engine_.RpmCap("gone"), 0u);
+  EXPECT_EQ(engine_.RpmCap("a"), 9u);
+  EXPECT_EQ(engine_.RpmCap("b"), 0u);
+  // Not leased (a single node, a local client): grants are not consulted.
+  engine_.LeaseRpm(false);
+  engine_.SetRpmShare(0, 1);
+  engine_.SetRpmGrant("a", minute + 3, 1);
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(planned_a(12), 9);
+}
+
 // --- strategies --------------------------------------------------------------
 
 TEST_F(EngineTest, WeightedRoundRobinFollowsTheWeights) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/connection.h"
 #include "common/clock.h"
+#include "common/report_sender.h"
 #include "proto/state_convert.h"
 #include "server/api/decision_convert.h"
 #include "server/api/status_convert.h"
@@ -22,8 +23,10 @@ LocalDecisions::LocalDecisions(std::shared_ptr<v1::DecisionService::StubInterfac
       connection_(std::move(connection)),
       options_(options),
       clock_(std::make_unique<RealClock>()),
+      requester_(NewReportSender()),
       thread_([this] { Follow(); }),
-      watchdog_([this] { Watch(); }) {}
+      watchdog_([this] { Watch(); }),
+      leaser_([this] { Lease(); }) {}
 
 LocalDecisions::~LocalDecisions() {
   {
@@ -34,6 +37,7 @@ LocalDecisions::~LocalDecisions() {
   changed_.notify_all();
   thread_.join();
   watchdog_.join();
+  leaser_.join();
 }
 
 std::shared_ptr<LocalDecisions::Copy> LocalDecisions::Current() const {
@@ -96,6 +100,39 @@ void LocalDecisions::Watch() {
     given_up = stream_number_;
     stream_->TryCancel();  // Follow starts over
     silences_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void LocalDecisions::Lease() {
+  // A client is one of many that may share a cap: it asks for a small part
+  // first (a sixty-fourth), then more as its callers use it.
+  constexpr uint32_t kSharers = 16;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (changed_.wait_for(lock, absl::ToChronoMilliseconds(options_.rpm_lease_every), [&] { return stop_; })) return;
+    }
+    std::shared_ptr<Copy> copy = Current();
+    if (copy == nullptr) continue;
+    // While failoverd is away the copy decides alone (fail-static) and plans
+    // each cap whole; while it is there, only what it leased.
+    const bool fresh = Staleness() == absl::ZeroDuration();
+    copy->engine->LeaseRpm(fresh, /*even_part_without_grant=*/false);
+    if (!fresh) continue;
+    const v1::LeaseRpmRequest request = api::RpmLeaseRequest(*copy->engine, clock_->Now(), kSharers, requester_);
+    if (request.asks_size() == 0) continue;
+    grpc::ClientContext ctx;
+    ConnectionOptions short_call = connection_;
+    short_call.timeout_seconds = 1;
+    PrepareContext(short_call, &ctx);
+    v1::LeaseRpmResponse response;
+    const grpc::Status leased = stub_->LeaseRpm(&ctx, request, &response);
+    // A failoverd from before leases: the copy plans each cap whole, as it
+    // did (asked again each round, so an upgraded one is heard).
+    if (leased.error_code() == grpc::StatusCode::UNIMPLEMENTED) copy->engine->LeaseRpm(false);
+    // Unanswered: the copy keeps what it holds; a minute it holds nothing
+    // for is planned whole (Engine::Saturated's even part of one).
+    if (leased.ok()) api::TakeRpmGrants(response, copy->engine.get());
   }
 }
 
@@ -167,6 +204,8 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
       auto fresh = std::make_shared<Copy>();
       fresh->engine = std::make_unique<Engine>();
       fresh->engine->SetAcceptingChanges(false, "this engine follows failoverd, which makes every change");
+      // Its shares of each limits.rpm come from Lease(); none without one.
+      fresh->engine->LeaseRpm(true, /*even_part_without_grant=*/false);
       absl::StatusOr<Events> restored = fresh->engine->Restore(pending, clock_->Now());
       if (!restored.ok()) return give_up(absl::StrCat("cannot load failoverd's state: ", restored.status().message()));
       pending = RestoredState();

@@ -44,6 +44,10 @@ struct LocalOptions {
   // long, the copy counts as stale (a hung failoverd keeps its connection
   // open) and the stream is given up and followed again.
   absl::Duration silence = absl::Seconds(3);
+  // How often the copy asks failoverd for its shares of the targets'
+  // limits.rpm (LeaseRpm), when it has something to ask: so much it takes
+  // for more to arrive once its callers have used up what it holds.
+  absl::Duration rpm_lease_every = absl::Milliseconds(100);
 };
 
 class LocalDecisions final : public LocalDecider {
@@ -82,6 +86,8 @@ class LocalDecisions final : public LocalDecider {
   // Gives up a stream on which failoverd fell silent (its own thread).
   void Watch();
   void Heard();  // something arrived from failoverd
+  // Asks failoverd for this copy's shares of the rpm caps (its own thread).
+  void Lease();
   // Reads one stream until it ends; returns why.
   grpc::Status FollowOnce(grpc::ClientContext* ctx);
   std::shared_ptr<Copy> Current() const;
@@ -104,8 +110,10 @@ class LocalDecisions final : public LocalDecider {
   bool stop_ = false;                           // guarded by mu_
   grpc::ClientContext* stream_ = nullptr;       // guarded by mu_: cancelled by the destructor
   uint64_t stream_number_ = 0;                  // guarded by mu_: counts the streams opened
+  const std::string requester_;  // who this client is in failoverd's books of rpm shares
   std::thread thread_;
   std::thread watchdog_;
+  std::thread leaser_;
 };
 
 // The one call most callers need for local decisions: opens the channel

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/api/convert.h"
+#include "server/engine/rpm_budgets.h"
 #include "server/engine/validate.h"
 
 namespace failover::api {
@@ -93,6 +94,30 @@ void ReportResultToProto(const ReportResult& result, v1::ReportOutcomeResponse* 
     resp->set_active_target(result.active_target);
   }
   resp->set_decision_known(result.decision_known);
+}
+
+v1::LeaseRpmRequest RpmLeaseRequest(const Engine& engine, absl::Time now, uint32_t sharers,
+                                    const std::string& requester) {
+  v1::LeaseRpmRequest request;
+  const int64_t minute = RpmMinuteOf(now);
+  const std::vector<Engine::RpmUse> uses = engine.RpmUses(minute);
+  if (uses.empty()) return request;
+  request.set_requester(requester);
+  for (const RpmLedger::Ask& ask : PlanRpmAsks(uses, minute, now - absl::FromUnixSeconds(minute * 60), sharers)) {
+    v1::RpmAsk* out = request.add_asks();
+    out->set_target(ask.target);
+    out->set_minute(ask.minute);
+    out->set_want(ask.want);
+    out->set_held(ask.held);
+    out->set_used(ask.used);
+  }
+  return request;
+}
+
+void TakeRpmGrants(const v1::LeaseRpmResponse& response, Engine* engine) {
+  for (const v1::RpmGrant& grant : response.grants()) {
+    engine->SetRpmGrant(grant.target(), grant.minute(), grant.requests());
+  }
 }
 
 }  // namespace failover::api

@@ -21,4 +21,12 @@ void PlanToProto(const Plan& plan, v1::PickTargetResponse* resp);
 inline uint32_t OutcomesOf(const v1::ReportOutcomeRequest& req) { return req.count() > 1 ? req.count() : 1; }
 void ReportResultToProto(const ReportResult& result, v1::ReportOutcomeResponse* resp);
 
+// One round of asking for rpm shares (DESIGN 3.12), for a replica and for a
+// client deciding locally alike: what `engine` should ask `requester`'s
+// shares for now (no asks: nothing to ask), and the answer taken in.
+// `sharers`: see PlanRpmAsks.
+v1::LeaseRpmRequest RpmLeaseRequest(const Engine& engine, absl::Time now, uint32_t sharers,
+                                    const std::string& requester);
+void TakeRpmGrants(const v1::LeaseRpmResponse& response, Engine* engine);
+
 }  // namespace failover::api

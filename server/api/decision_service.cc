@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/api/convert.h"
 #include "server/api/decision_convert.h"
+#include "server/api/rpm_leases.h"
 #include "server/api/status_convert.h"
 #include "server/api/wire.h"
 #include "common/status_macros.h"
@@ -194,10 +195,6 @@ void DecisionService::TraceCheck(const AcceptedCheck& check, absl::Time now) {
 absl::Status DecisionService::DoLeaseRpm(const failover::v1::LeaseRpmRequest& req,
                                          failover::v1::LeaseRpmResponse* resp) {
   constexpr int kMaxAsks = 10000;
-  if (ctx_.leader == nullptr) {
-    return absl::FailedPreconditionError(
-        "LeaseRpm: this failoverd is not in cluster mode; a single node plans every limits.rpm whole");
-  }
   if (req.requester().empty()) return absl::InvalidArgumentError("requester: must not be empty");
   if (req.requester().size() > 256) {
     return absl::InvalidArgumentError(absl::StrCat("requester: at most 256 bytes, got ", req.requester().size()));
@@ -205,7 +202,9 @@ absl::Status DecisionService::DoLeaseRpm(const failover::v1::LeaseRpmRequest& re
   if (req.asks_size() > kMaxAsks) {
     return absl::InvalidArgumentError(absl::StrCat("asks: at most ", kMaxAsks, " per call, got ", req.asks_size()));
   }
-  return ctx_.leader->LeaseRpm(req, resp);
+  if (ctx_.leader != nullptr) return ctx_.leader->LeaseRpm(req, resp);
+  std::lock_guard<std::mutex> lock(rpm_mu_);
+  return GrantRpmShares(req, RpmMinuteOf(ctx_.clock->Now()), /*single_node=*/true, ctx_.engine, &rpm_ledger_, resp);
 }
 
 absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* resp) {

@@ -1,6 +1,7 @@
 // gRPC adapter for failover.v1.DecisionService.
 #pragma once
 
+#include <mutex>
 #include <optional>
 
 #include "failover/v1/decision.grpc.pb.h"
@@ -9,6 +10,7 @@
 #include "server/api/service_context.h"
 #include "server/api/watch_stream.h"
 #include "server/api/wire.h"
+#include "server/engine/rpm_budgets.h"
 
 namespace failover::api {
 
@@ -90,6 +92,8 @@ class DecisionService final : public DecisionServiceBase {
   WatchWorker worker_;  // snapshots and stalled watchers
   ReportIdWindow own_report_ids_;  // when the context brings none
   ReportIdWindow* const report_ids_;  // reports counted, so a resend counts nothing twice
+  std::mutex rpm_mu_;
+  RpmLedger rpm_ledger_;  // guarded by rpm_mu_: a single node's rpm shares leased to clients
 };
 
 }  // namespace failover::api

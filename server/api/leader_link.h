@@ -37,8 +37,8 @@ class LeaderLink {
   // The last Change log entry made or applied here.
   virtual uint64_t LogIndex() const = 0;
   virtual void Describe(failover::v1::ClusterStatus* out) const = 0;
-  // The leader: grants shares of targets' limits.rpm (the request's fields
-  // are checked). Called only on the leader.
+  // The leader: grants shares of targets' limits.rpm from its books
+  // (GrantRpmShares). Called only on the leader.
   virtual absl::Status LeaseRpm(const failover::v1::LeaseRpmRequest& request,
                                 failover::v1::LeaseRpmResponse* response) = 0;
 };

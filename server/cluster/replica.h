@@ -45,7 +45,7 @@
 #include "server/cluster/etcd_client.h"
 #include "server/cluster/log_cursor.h"
 #include "server/cluster/log_entry.h"
-#include "server/cluster/rpm_budgets.h"
+#include "server/engine/rpm_budgets.h"
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
 

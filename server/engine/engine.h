@@ -475,10 +475,15 @@ class Engine {
   uint32_t rpm_replicas() const { return static_cast<uint32_t>(rpm_share_.load(std::memory_order_relaxed) >> 32); }
   static uint32_t RpmShare(uint32_t cap, uint32_t rank, uint32_t replicas);
   // Leased budgets (DESIGN 3.12): once on, a target's cap in a minute is what
-  // the leader granted this process for that minute; a minute without a grant
-  // (the leader could not be reached) falls back to the even part above.
-  void LeaseRpm(bool leased) { rpm_leased_.store(leased, std::memory_order_relaxed); }
-  bool rpm_leased() const { return rpm_leased_.load(std::memory_order_relaxed); }
+  // the leader granted this process for that minute. A minute without a grant
+  // (the leader could not be reached) falls back to the even part above, or,
+  // with `even_part_without_grant` false (a client deciding locally, whose
+  // even part would be the whole cap), plans none of the cap.
+  void LeaseRpm(bool leased, bool even_part_without_grant = true) {
+    rpm_lease_.store(static_cast<uint8_t>((leased ? 1 : 0) | (even_part_without_grant ? 2 : 0)),
+                     std::memory_order_relaxed);
+  }
+  bool rpm_leased() const { return (rpm_lease_.load(std::memory_order_relaxed) & 1) != 0; }
   // A grant for `minute` (minutes since the Unix epoch); a target that is not
   // configured (any more) is passed over.
   void SetRpmGrant(absl::string_view target, int64_t minute, uint32_t requests);
@@ -493,8 +498,10 @@ class Engine {
     bool has_next_grant = false;
   };
   std::vector<RpmUse> RpmUses(int64_t minute) const;
-  // A target's limits.rpm (0: none, or no such target).
+  // A target's limits.rpm (0: none, or no such target), and what this
+  // process planned of it in `minute`.
   uint32_t RpmCap(absl::string_view target) const;
+  uint32_t RpmUsed(absl::string_view target, int64_t minute) const;
 
   // --- views ---
   uint64_t generation() const;
@@ -596,7 +603,7 @@ class Engine {
   const uint32_t epoch_;
   std::atomic<uint64_t> decision_seq_{0};
   std::atomic<uint64_t> rpm_share_{1};  // replicas << 32 | rank: read in one load
-  std::atomic<bool> rpm_leased_{false};
+  std::atomic<uint8_t> rpm_lease_{2};  // 1: leased; 2: the even part in a minute without a grant
   std::unique_ptr<DecisionStore> decisions_;
 
   // Lock order: writer_mu_, then a target or chain lock, then nothing.

@@ -48,12 +48,15 @@ uint32_t UsedIn(const TargetRuntime& rt, int64_t minute) {
 bool Engine::Saturated(TargetRuntime& rt, uint32_t limit_rpm, absl::Time now) const {
   if (limit_rpm == 0) return false;  // no cap
   const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
-  const std::optional<uint32_t> granted =
-      rpm_leased_.load(std::memory_order_relaxed) ? GrantFor(rt, minute) : std::nullopt;
+  const uint8_t lease = rpm_lease_.load(std::memory_order_relaxed);
+  const std::optional<uint32_t> granted = (lease & 1) != 0 ? GrantFor(rt, minute) : std::nullopt;
   const uint64_t share = rpm_share_.load(std::memory_order_relaxed);
-  const uint32_t mine = granted.has_value()
-                            ? *granted
-                            : RpmShare(limit_rpm, static_cast<uint32_t>(share), static_cast<uint32_t>(share >> 32));
+  uint32_t mine = 0;
+  if (granted.has_value()) {
+    mine = *granted;
+  } else if ((lease & 1) == 0 || (lease & 2) != 0) {
+    mine = RpmShare(limit_rpm, static_cast<uint32_t>(share), static_cast<uint32_t>(share >> 32));
+  }
   if (mine == 0) return true;  // nothing granted, or a cap smaller than the cluster: others plan it
   return UsedIn(rt, minute) >= mine;
 }
@@ -89,6 +92,12 @@ uint32_t Engine::RpmCap(absl::string_view target) const {
   const std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(target);
   return t == nullptr ? 0 : t->config.limit_rpm;
+}
+
+uint32_t Engine::RpmUsed(absl::string_view target, int64_t minute) const {
+  const std::shared_ptr<const Snapshot> snap = Load();
+  const TargetEntry* t = snap->FindTarget(target);
+  return t == nullptr ? 0 : UsedIn(*t->rt, minute);
 }
 
 void Engine::CountRequest(const TargetEntry& t, absl::Time now) {

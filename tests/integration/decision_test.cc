@@ -202,17 +202,6 @@ TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
   EXPECT_EQ(badstatus.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(badstatus.error_message(), HasSubstr("failure.http_status"));
 
-  // Leased rpm budgets are the cluster's: a single node plans each cap whole
-  // (the follower run of these tests answers it; cluster_test checks that).
-  v1::LeaseRpmRequest lease;
-  lease.set_requester("me");
-  v1::LeaseRpmResponse leased;
-  grpc::Status single = decide_->LeaseRpm(Ctx().get(), lease, &leased);
-  if (cluster_leader_ == nullptr) {
-    EXPECT_EQ(single.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-    EXPECT_THAT(single.error_message(), HasSubstr("not in cluster mode"));
-  }
-
   v1::ApplyRequest dry = good;
   dry.mutable_targets(0)->set_cost(2.5);
   dry.set_dry_run(true);
@@ -229,6 +218,53 @@ TEST_F(DecisionIntegrationTest, BadInputGetsTheFieldPathAndChangesNothing) {
   v1::ApplyResponse again;
   ASSERT_TRUE(Apply(good, &again).ok());
   EXPECT_EQ(again.generation(), applied.generation()) << "a refused or dry-run apply moved the generation";
+}
+
+TEST_F(DecisionIntegrationTest, ASingleNodeLeasesPartsOfAnRpmCapToClientsAndPlansTheRest) {
+  if (cluster_leader_ != nullptr) GTEST_SKIP() << "a single node's books; cluster_test has the leader's";
+  v1::ApplyRequest config;
+  AddTarget(&config, "a")->mutable_limits()->set_rpm(10);
+  AddTarget(&config, "b");
+  AddChain(&config, "ch", {"a", "b"});
+  ASSERT_TRUE(Apply(config).ok());
+  auto lease = [&](const std::string& requester, int64_t minute, uint32_t want, v1::LeaseRpmResponse* resp) {
+    v1::LeaseRpmRequest req;
+    req.set_requester(requester);
+    v1::RpmAsk* ask = req.add_asks();
+    ask->set_target("a");
+    ask->set_minute(minute);
+    ask->set_want(want);
+    resp->Clear();
+    return decide_->LeaseRpm(Ctx().get(), req, resp);
+  };
+  auto planned_a = [&](int picks) {
+    int n = 0;
+    for (int i = 0; i < picks; ++i) n += Pick("ch").attempts(0).target() == "a";
+    return n;
+  };
+  ASSERT_TRUE(AwaitEarlyInAMinute(50));
+  const int64_t minute = absl::ToUnixSeconds(absl::Now()) / 60;
+  v1::LeaseRpmResponse resp;
+  ASSERT_TRUE(lease("client-1", minute, 6, &resp).ok());
+  ASSERT_EQ(resp.grants_size(), 1);
+  EXPECT_EQ(resp.grants(0).requests(), 6u);
+  // failoverd plans what its clients did not take: 4 of 10, where it planned 10 before.
+  EXPECT_EQ(planned_a(8), 4);
+  ASSERT_TRUE(lease("client-2", minute, 5, &resp).ok());
+  EXPECT_EQ(resp.grants(0).requests(), 0u) << "the cap is spent";
+  ASSERT_TRUE(lease("client-1", minute, 6, &resp).ok());
+  EXPECT_EQ(resp.grants(0).requests(), 6u) << "an ask sent again keeps its share and takes nothing more";
+
+  // Bad asks name the field and change nothing.
+  grpc::Status refused = lease("client-2", minute + 5, 1, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("asks[0].minute"));
+  refused = lease("", minute, 1, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("requester"));
+  refused = lease(std::string(300, 'r'), minute, 1, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("requester: at most 256 bytes"));
 }
 
 TEST_F(DecisionIntegrationTest, PinAndStatus) {

@@ -139,6 +139,45 @@ TEST_F(LocalDecisionsTest, CopyPlansAsFailoverdDoesThroughEveryKindOfChange) {
   EXPECT_EQ(local->loads(), 1u);     // one stream throughout: every change came live
 }
 
+TEST_F(LocalDecisionsTest, CopiesLeaseTheirPartsOfAnRpmCapSoTogetherWithFailoverdTheyPlanItOnce) {
+  constexpr int kCap = 12;
+  v1::ApplyRequest config;
+  AddTarget(&config, "a")->mutable_limits()->set_rpm(kCap);
+  AddTarget(&config, "b");
+  AddChain(&config, "ch", {"a", "b"});
+  ASSERT_TRUE(Apply(config).ok());
+  std::unique_ptr<client::LocalDecisions> busy = Follow();
+  std::unique_ptr<client::LocalDecisions> idle = Follow();
+  ASSERT_TRUE(busy->WaitReady(kFirstLoad)) << busy->last_error();
+  ASSERT_TRUE(idle->WaitReady(kFirstLoad)) << idle->last_error();
+  v1::PickTargetRequest req;
+  req.set_chain("ch");
+  auto plans_a = [&](client::LocalDecisions& copy) {
+    v1::PickTargetResponse plan;
+    return copy.Pick(req, &plan).ok() && plan.attempts_size() > 0 && plan.attempts(0).target() == "a";
+  };
+  // One copy's callers use the cap: it gets more as they use what it holds
+  // (the idle copy keeps a small part), and failoverd plans what is left.
+  // Before, each copy and failoverd planned the whole cap: three times it.
+  // A round that runs into the next minute is taken again.
+  int busy_planned = 0, idle_planned = 0, failoverd_planned = 0;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(AwaitEarlyInAMinute(40));
+    const int64_t minute = absl::ToUnixSeconds(absl::Now()) / 60;
+    busy_planned = idle_planned = failoverd_planned = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    while (busy_planned < kCap - 1 && absl::Now() < deadline) busy_planned += plans_a(*busy);
+    for (int k = 0; k < 200; ++k) busy_planned += plans_a(*busy);
+    for (int k = 0; k < 5; ++k) idle_planned += plans_a(*idle);
+    for (int k = 0; k < 5; ++k) failoverd_planned += Pick("ch").attempts(0).target() == "a";
+    if (absl::ToUnixSeconds(absl::Now()) / 60 == minute) break;
+  }
+  EXPECT_GE(busy_planned, kCap - 1) << "the busy copy's share did not follow its callers";
+  EXPECT_LE(idle_planned, 1);
+  EXPECT_EQ(busy_planned + idle_planned + failoverd_planned, kCap)
+      << "busy copy " << busy_planned << ", idle copy " << idle_planned << ", failoverd " << failoverd_planned;
+}
+
 TEST_F(LocalDecisionsTest, ManualFailoverOfEveryTargetStopsTheLoopWithoutTraffic) {
   v1::ApplyRequest config;
   AddTarget(&config, "a");

@@ -39,6 +39,18 @@ bool Eventually(F check, std::chrono::seconds timeout = std::chrono::seconds(10)
 }
 
 // Chain "ch" of targets "a" and "b", the config most client tests start from.
+// limits.rpm counts per wall-clock minute: a test of a cap starts no later
+// than `second` seconds into one, so the minute does not turn under it.
+// Polls the clock (up to a minute); false if it never got there.
+inline bool AwaitEarlyInAMinute(int second) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(61);
+  while (absl::ToUnixSeconds(absl::Now()) % 60 > second) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return true;
+}
+
 inline v1::ApplyRequest TwoTargetConfig() {
   v1::ApplyRequest config;
   config.add_targets()->set_name("a");

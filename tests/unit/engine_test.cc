@@ -583,10 +583,18 @@ TEST_F(EngineTest, ALeasedRpmCapPlansWhatTheLeaderGrantedForTheMinuteAndTheEvenP
   EXPECT_EQ(engine_.RpmCap("gone"), 0u);
   EXPECT_EQ(engine_.RpmCap("a"), 9u);
   EXPECT_EQ(engine_.RpmCap("b"), 0u);
-  // Not leased (a single node, a local client): grants are not consulted.
+  // A client deciding locally plans none of a cap in a minute it holds no
+  // grant for (its even part would be the whole cap).
+  engine_.LeaseRpm(true, /*even_part_without_grant=*/false);
+  now_ += absl::Minutes(1);
+  EXPECT_EQ(planned_a(3), 0);
+  engine_.SetRpmGrant("a", minute + 3, 2);
+  EXPECT_EQ(planned_a(3), 2);
+  // Not leased (a single node no client leased from, a client cut off from
+  // failoverd): grants are not consulted.
   engine_.LeaseRpm(false);
   engine_.SetRpmShare(0, 1);
-  engine_.SetRpmGrant("a", minute + 3, 1);
+  engine_.SetRpmGrant("a", minute + 4, 1);
   now_ += absl::Minutes(1);
   EXPECT_EQ(planned_a(12), 9);
 }

@@ -1,11 +1,11 @@
 // The leader's books of leased rpm budgets, and what a replica asks for.
-#include "server/cluster/rpm_budgets.h"
+#include "server/engine/rpm_budgets.h"
 
 #include <random>
 
 #include "gtest/gtest.h"
 
-namespace failover::cluster {
+namespace failover {
 namespace {
 
 RpmLedger::Ask AskFor(int64_t minute, uint32_t cap, uint32_t want, uint32_t held = 0, uint32_t used = 0) {
@@ -113,4 +113,4 @@ TEST(PlanRpmAsksTest, AReplicaAsksWhenItHoldsNothingOrItsGrantRunsLowAndForTheNe
 }
 
 }  // namespace
-}  // namespace failover::cluster
+}  // namespace failover

@@ -1,9 +1,9 @@
-#include "server/cluster/rpm_budgets.h"
+#include "server/engine/rpm_budgets.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace failover::cluster {
+namespace failover {
 
 uint32_t RpmLedger::Grant(const std::string& requester, const Ask& ask) {
   Book& book = books_[{ask.minute, ask.target}];
@@ -33,12 +33,12 @@ uint64_t RpmLedger::Granted(const std::string& target, int64_t minute) const {
 }
 
 std::vector<RpmLedger::Ask> PlanRpmAsks(const std::vector<Engine::RpmUse>& uses, int64_t minute,
-                                        absl::Duration into, uint32_t replicas) {
+                                        absl::Duration into, uint32_t sharers) {
   constexpr absl::Duration kAheadFrom = absl::Seconds(45);
   std::vector<RpmLedger::Ask> asks;
   const double seconds = std::max(1.0, absl::ToDoubleSeconds(into));
   for (const Engine::RpmUse& use : uses) {
-    const uint32_t chunk = std::max<uint32_t>(1, use.cap / (4 * std::max<uint32_t>(replicas, 1)));
+    const uint32_t chunk = std::max<uint32_t>(1, use.cap / (4 * std::max<uint32_t>(sharers, 1)));
     const double pace = use.used / seconds;  // requests a second so far this minute
     const auto at_pace = [&](double s) { return static_cast<uint32_t>(std::min<double>(use.cap, std::ceil(pace * s))); };
     const uint32_t low = std::max(chunk, at_pace(1));
@@ -56,4 +56,4 @@ std::vector<RpmLedger::Ask> PlanRpmAsks(const std::vector<Engine::RpmUse>& uses,
   return asks;
 }
 
-}  // namespace failover::cluster
+}  // namespace failover

@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 
-namespace failover::cluster {
+namespace failover {
 
 class RpmLedger {
  public:
@@ -60,15 +60,19 @@ class RpmLedger {
   std::map<std::pair<int64_t, std::string>, Book> books_;  // (minute, target)
 };
 
-// What a replica asks the leader for, from what its engine used and holds
-// (Engine::RpmUses for the current minute), `into` seconds into the minute,
-// with `replicas` sharing the caps. A target asks when it holds no grant for
-// the minute, or when what is left of its grant would last less than a
-// second at the minute's pace; from 45 s on it also asks for the next minute
-// ahead of time, so a busy replica starts it with a grant. An idle replica
-// asks for a small part (a quarter of its even part, at least one request),
-// so the rest goes to the replicas whose callers need it.
-std::vector<RpmLedger::Ask> PlanRpmAsks(const std::vector<Engine::RpmUse>& uses, int64_t minute,
-                                        absl::Duration into, uint32_t replicas);
+// The wall-clock minute limits.rpm counts in: minutes since the Unix epoch.
+inline int64_t RpmMinuteOf(absl::Time t) { return absl::ToUnixSeconds(t) / 60; }
 
-}  // namespace failover::cluster
+// What a replica or a client asks for, from what its engine used and holds
+// (Engine::RpmUses for the current minute), `into` seconds into the minute.
+// `sharers`: how many are expected to share the caps (a replica: the
+// replicas; a client deciding locally: 16, one of many). A target asks when
+// it holds no grant for the minute, or when what is left of its grant would
+// last less than a second at the minute's pace; from 45 s on it also asks for
+// the next minute ahead of time, so a busy asker starts it with a grant. An
+// idle one asks for a small part (a quarter of cap / sharers, at least one
+// request), so the rest goes to those whose callers need it.
+std::vector<RpmLedger::Ask> PlanRpmAsks(const std::vector<Engine::RpmUse>& uses, int64_t minute,
+                                        absl::Duration into, uint32_t sharers);
+
+}  // namespace failover

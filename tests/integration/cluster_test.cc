@@ -1694,6 +1694,47 @@ TEST_F(ClusterTest, AnRpmCapIsLeasedToTheReplicasWhoseCallersUseItAndNeverPlanne
   for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(Status(i).rpm_replicas(), static_cast<uint32_t>(kReplicas));
 }
 
+TEST_F(ClusterTest, AnRpmCapOutlivesItsLeaderSharesHeldArePlannedAndTheNewBooksKeepTheCap) {
+  constexpr int kCap = 12;
+  for (int i = 0; i < kReplicas; ++i) {
+    ASSERT_TRUE(Within(10, [&] { return Status(i).replicas_size() == kReplicas; })) << "replica " << i;
+  }
+  v1::ApplyRequest config = Config(1000);
+  config.mutable_targets(0)->mutable_limits()->set_rpm(kCap);
+  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(config));
+  auto plans_a = [&](int i) {
+    const v1::PickTargetResponse plan = Pick(i);
+    return plan.attempts_size() > 0 && plan.attempts(0).target() == "a";
+  };
+  // Early in a minute: the kill and the election fit in it.
+  ASSERT_TRUE(Within(70, [&] { return absl::ToUnixSeconds(absl::Now()) % 60 < 30; }));
+  const int64_t minute = absl::ToUnixSeconds(absl::Now()) / 60;
+  const int busy = Follower();
+  const int idle = Follower(busy);
+  int busy_planned = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (busy_planned < kCap - 2 && absl::Now() < deadline) busy_planned += plans_a(busy);
+  ASSERT_GE(busy_planned, kCap - 2);
+
+  const int old_leader = leader_;
+  proc(old_leader).Stop(SIGKILL);
+  // No leader: the busy replica plans what it holds (decisions go on).
+  for (int k = 0; k < 50; ++k) busy_planned += plans_a(busy);
+  leader_ = AwaitLeader(10, {old_leader});
+  ASSERT_GE(leader_, 0);
+  // The new leader's books start from what the busy replica says it holds and
+  // planned: it may grant what is left of the cap, and at most the idle
+  // replica's small part again (until that one asks), never a fresh cap.
+  const absl::Time settle = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < settle) busy_planned += plans_a(busy);
+  int idle_planned = 0;
+  for (int k = 0; k < 5; ++k) idle_planned += plans_a(idle);
+  if (absl::ToUnixSeconds(absl::Now()) / 60 != minute) GTEST_SKIP() << "the minute turned under the test";
+  EXPECT_LE(idle_planned, 1);
+  EXPECT_LE(busy_planned + idle_planned, kCap + 1)
+      << "busy replica " << busy_planned << ", idle replica " << idle_planned << ": the new leader granted the cap again";
+}
+
 TEST_F(ClusterTest, LeaseRpmIsTheLeadersAndChecksItsFields) {
   v1::ApplyRequest config = Config(1000);
   config.mutable_targets(0)->mutable_limits()->set_rpm(10);

@@ -141,6 +141,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     e.rt = old ? old->rt : std::make_shared<TargetRuntime>();
     e.config_generation = old && old->config == e.config ? old->config_generation : generation;
     snap->target_index[e.config.name] = static_cast<uint32_t>(snap->targets.size());
+    if (e.config.limit_rpm > 0) snap->rpm_capped.push_back(static_cast<uint32_t>(snap->targets.size()));
     snap->targets.push_back(std::move(e));
   }
   std::vector<bool> has_settings(snap->targets.size(), false);

@@ -195,6 +195,9 @@ struct Snapshot {
   std::vector<ChainEntry> chains;    // sorted by name
   absl::flat_hash_map<std::string, uint32_t> target_index;
   absl::flat_hash_map<std::string, uint32_t> chain_index;
+  // The targets with a limits.rpm (indices into targets): what a replica's
+  // rpm leases look at ten times a second, without walking every target.
+  std::vector<uint32_t> rpm_capped;
 
   const TargetEntry* FindTarget(absl::string_view name) const;
   const ChainEntry* FindChain(absl::string_view name) const;

@@ -72,8 +72,8 @@ void Engine::SetRpmGrant(absl::string_view target, int64_t minute, uint32_t requ
 std::vector<Engine::RpmUse> Engine::RpmUses(int64_t minute) const {
   std::vector<RpmUse> uses;
   const std::shared_ptr<const Snapshot> snap = Load();
-  for (const TargetEntry& t : snap->targets) {
-    if (t.config.limit_rpm == 0) continue;
+  for (const uint32_t index : snap->rpm_capped) {
+    const TargetEntry& t = snap->targets[index];
     RpmUse& use = uses.emplace_back();
     use.target = t.config.name;
     use.cap = t.config.limit_rpm;

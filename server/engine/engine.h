@@ -497,8 +497,7 @@ class Engine {
     uint32_t used = 0;          // requests planned in `minute`
     uint32_t granted = 0;       // the grant for `minute` ...
     bool has_grant = false;     // ... if there is one
-    uint32_t next_granted = 0;  // the grant for the minute after ...
-    bool has_next_grant = false;
+    bool has_next_grant = false;  // whether the minute after has a grant
   };
   std::vector<RpmUse> RpmUses(int64_t minute) const;
   // A target's limits.rpm (0: none, or no such target), and what this

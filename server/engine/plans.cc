@@ -81,9 +81,7 @@ std::vector<Engine::RpmUse> Engine::RpmUses(int64_t minute) const {
     const std::optional<uint32_t> granted = GrantFor(*t.rt, minute);
     use.has_grant = granted.has_value();
     use.granted = granted.value_or(0);
-    const std::optional<uint32_t> next = GrantFor(*t.rt, minute + 1);
-    use.has_next_grant = next.has_value();
-    use.next_granted = next.value_or(0);
+    use.has_next_grant = GrantFor(*t.rt, minute + 1).has_value();
   }
   return uses;
 }

@@ -74,15 +74,14 @@ TEST(RpmLedgerTest, OldMinutesAreForgottenAndRequestersPerMinuteAreBounded) {
   EXPECT_EQ(ledger.Grant("r", AskFor(6, 100000, 5)), 5u);  // one it keeps books for still gets more
 }
 
-Engine::RpmUse Use(uint32_t cap, uint32_t used, std::optional<uint32_t> granted, std::optional<uint32_t> next = {}) {
+Engine::RpmUse Use(uint32_t cap, uint32_t used, std::optional<uint32_t> granted, bool has_next_grant = false) {
   Engine::RpmUse use;
   use.target = "a";
   use.cap = cap;
   use.used = used;
   use.has_grant = granted.has_value();
   use.granted = granted.value_or(0);
-  use.has_next_grant = next.has_value();
-  use.next_granted = next.value_or(0);
+  use.has_next_grant = has_next_grant;
   return use;
 }
 
@@ -109,7 +108,7 @@ TEST(PlanRpmAsksTest, AReplicaAsksWhenItHoldsNothingOrItsGrantRunsLowAndForTheNe
   ASSERT_EQ(asks.size(), 1u);
   EXPECT_EQ(asks[0].minute, 8);
   EXPECT_EQ(asks[0].want, 200u);  // 10 a second for 20 s (more than a chunk, 100)
-  EXPECT_TRUE(PlanRpmAsks({Use(1200, 450, 1000, 200)}, 7, absl::Seconds(50), 3).empty());
+  EXPECT_TRUE(PlanRpmAsks({Use(1200, 450, 1000, /*has_next_grant=*/true)}, 7, absl::Seconds(50), 3).empty());
 }
 
 }  // namespace

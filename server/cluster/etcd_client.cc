@@ -198,14 +198,14 @@ void EtcdClient::Revoke(int64_t lease) {
       });
 }
 
-EtcdClient::Watch::~Watch() {
+EtcdClient::GrpcWatch::~GrpcWatch() {
   if (stream_) {
     context_.TryCancel();
     (void)stream_->Finish();
   }
 }
 
-bool EtcdClient::Watch::Next(etcdpb::WatchResponse* response) {
+bool EtcdClient::GrpcWatch::Next(etcdpb::WatchResponse* response) {
   if (!status_.ok()) return false;
   if (stream_->Read(response)) {
     if (!response->cancel_reason().empty() || (response->canceled() && !response->created())) {
@@ -227,13 +227,13 @@ bool EtcdClient::Watch::Next(etcdpb::WatchResponse* response) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<EtcdClient::Watch>> EtcdClient::StartWatch(const etcdpb::WatchCreateRequest& request) {
+absl::StatusOr<std::unique_ptr<Etcd::Watch>> EtcdClient::StartWatch(const etcdpb::WatchCreateRequest& request) {
   absl::Status last;
   const size_t start = current_.load(std::memory_order_relaxed);
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t index = (start + i) % endpoints_.size();
     Endpoint& endpoint = endpoints_[index];
-    std::unique_ptr<Watch> watch(new Watch());
+    std::unique_ptr<GrpcWatch> watch(new GrpcWatch());
     watch->endpoint_ = endpoint.address;
     {
       std::lock_guard<std::mutex> lock(token_mu_);

@@ -1,5 +1,6 @@
 // A small client for etcd's v3 gRPC API (KV, Watch, Lease, Auth), built on the
-// project's own gRPC from etcd's proto files (DESIGN 3.12). Unary calls go to
+// project's own gRPC from etcd's proto files (DESIGN 3.12): the Etcd a
+// replica uses in production. Unary calls go to
 // the endpoint that answered last and move on to the next when one does not
 // answer, so losing an etcd member costs one timeout at most.
 #pragma once
@@ -14,10 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "server/cluster/etcd.h"
 
 namespace failover::cluster {
-
-namespace etcdpb = ::etcdserverpb;
 
 struct EtcdOptions {
   std::vector<std::string> endpoints;  // host:port
@@ -32,46 +32,38 @@ struct EtcdOptions {
   absl::Duration call_timeout = absl::Seconds(2);
 };
 
-class EtcdClient {
+class EtcdClient final : public Etcd {
  public:
   // Reads the TLS files; does not connect yet.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(EtcdOptions options);
 
-  [[nodiscard]] absl::StatusOr<etcdpb::RangeResponse> Range(const etcdpb::RangeRequest& request);
-  [[nodiscard]] absl::StatusOr<etcdpb::TxnResponse> Txn(const etcdpb::TxnRequest& request);
-  [[nodiscard]] absl::StatusOr<etcdpb::PutResponse> Put(const etcdpb::PutRequest& request);
-  [[nodiscard]] absl::StatusOr<etcdpb::DeleteRangeResponse> DeleteRange(const etcdpb::DeleteRangeRequest& request);
-  // A lease of `ttl`; returns its id.
-  [[nodiscard]] absl::StatusOr<int64_t> Grant(absl::Duration ttl);
-  // Renews a lease once; returns the TTL left (0: the lease is gone).
-  [[nodiscard]] absl::StatusOr<int64_t> KeepAlive(int64_t lease);
-  void Revoke(int64_t lease);
+  absl::StatusOr<etcdpb::RangeResponse> Range(const etcdpb::RangeRequest& request) override;
+  absl::StatusOr<etcdpb::TxnResponse> Txn(const etcdpb::TxnRequest& request) override;
+  absl::StatusOr<etcdpb::PutResponse> Put(const etcdpb::PutRequest& request) override;
+  absl::StatusOr<etcdpb::DeleteRangeResponse> DeleteRange(const etcdpb::DeleteRangeRequest& request) override;
+  absl::StatusOr<int64_t> Grant(absl::Duration ttl) override;
+  absl::StatusOr<int64_t> KeepAlive(int64_t lease) override;
+  void Revoke(int64_t lease) override;
+  // Opens a watch on the next endpoint that takes it.
+  absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const etcdpb::WatchCreateRequest& request) override;
 
-  // One watch stream. Next blocks until etcd sends something; false when the
-  // stream ended (then `status()` says why). Cancel may be called from
-  // another thread and makes Next return false.
-  class Watch {
+  uint64_t errors() const override { return errors_.load(std::memory_order_relaxed); }
+
+ private:
+  class GrpcWatch final : public Watch {
    public:
-    ~Watch();
-    bool Next(etcdpb::WatchResponse* response);
-    void Cancel() { context_.TryCancel(); }
-    const absl::Status& status() const { return status_; }
+    ~GrpcWatch() override;
+    bool Next(etcdpb::WatchResponse* response) override;
+    void Cancel() override { context_.TryCancel(); }
+    const absl::Status& status() const override { return status_; }
 
    private:
     friend class EtcdClient;
-    Watch() = default;
     grpc::ClientContext context_;
     std::unique_ptr<grpc::ClientReaderWriter<etcdpb::WatchRequest, etcdpb::WatchResponse>> stream_;
     absl::Status status_;
     std::string endpoint_;
   };
-  // Opens a watch on the next endpoint that takes it.
-  [[nodiscard]] absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const etcdpb::WatchCreateRequest& request);
-
-  // Calls that failed since start (every endpoint tried counts once).
-  uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
-
- private:
   struct Endpoint {
     std::string address;
     std::unique_ptr<etcdpb::KV::Stub> kv;

@@ -23,7 +23,7 @@ std::string ReadFileOrEmpty(const std::string& path) {
 
 }  // namespace
 
-Replica::Replica(ReplicaOptions options, std::unique_ptr<EtcdClient> etcd, Engine* engine, const Clock* clock)
+Replica::Replica(ReplicaOptions options, std::unique_ptr<Etcd> etcd, Engine* engine, const Clock* clock)
     : options_(std::move(options)),
       keys_(options_.prefix),
       etcd_(std::move(etcd)),

@@ -76,7 +76,7 @@ class Replica final : public api::LeaderLink {
   // Writes Changes to this replica's own store (RocksDB).
   using LocalWrite = std::function<absl::Status(const std::vector<const Change*>&)>;
 
-  Replica(ReplicaOptions options, std::unique_ptr<EtcdClient> etcd, Engine* engine, const Clock* clock);
+  Replica(ReplicaOptions options, std::unique_ptr<Etcd> etcd, Engine* engine, const Clock* clock);
   ~Replica() override;
 
   // The committer's write step in cluster mode: the leader's new Changes go to
@@ -166,7 +166,7 @@ class Replica final : public api::LeaderLink {
 
   const ReplicaOptions options_;
   const Keys keys_;
-  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<Etcd> etcd_;
   Engine* const engine_;
   const Clock* const clock_;
   Committer* committer_ = nullptr;
@@ -197,7 +197,7 @@ class Replica final : public api::LeaderLink {
   std::string etcd_error_;
   std::string log_error_;  // why the log is stuck at cursor_.stuck(), naming it; empty while it applies
   std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
-  std::shared_ptr<EtcdClient::Watch> watch_;  // the log thread's, to cancel it
+  std::shared_ptr<Etcd::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;
   std::vector<ReplicaCard> replicas_;  // every replica's card, as last read
   // An outcome on its way to the leader; `acked` (when set) hears of its arrival.

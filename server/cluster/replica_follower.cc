@@ -133,14 +133,14 @@ void Replica::RunLog() {
     create.set_key(keys_.Leader());
     create.set_range_end(keys_.LogEnd());
     create.set_start_revision(revision + 1);
-    absl::StatusOr<std::unique_ptr<EtcdClient::Watch>> started = etcd_->StartWatch(create);
+    absl::StatusOr<std::unique_ptr<Etcd::Watch>> started = etcd_->StartWatch(create);
     if (!started.ok()) {
       NoteEtcd(started.status());
       if (!SleepFor(backoff)) break;
       backoff = std::min(backoff * 2, absl::Seconds(2));
       continue;
     }
-    std::shared_ptr<EtcdClient::Watch> watch = std::move(started).value();
+    std::shared_ptr<Etcd::Watch> watch = std::move(started).value();
     {
       std::lock_guard<std::mutex> lock(mu_);
       watch_ = watch;

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "server/cluster/etcd_client.h"
+#include "server/cluster/etcd.h"
 
 namespace failover::cluster {
 

@@ -46,6 +46,7 @@
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
 #include "server/log/log.h"
+#include "tests/sim/rng.h"
 
 namespace failover::sim {
 namespace {
@@ -63,20 +64,6 @@ void OnFatalSignal(int sig) {
   signal(sig, SIG_DFL);
   raise(sig);
 }
-
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : g_(seed) {}
-  uint64_t Next() { return g_(); }
-  // Uniform in [0, n).
-  size_t Below(size_t n) { return static_cast<size_t>(g_() % n); }
-  bool Chance(double p) { return std::uniform_real_distribution<double>(0, 1)(g_) < p; }
-  template <typename T>
-  const T& Pick(const std::vector<T>& v) { return v[Below(v.size())]; }
-
- private:
-  std::mt19937_64 g_;
-};
 
 // The data dir, by storage::Store's rules: admin changes (config, pins,
 // manual failovers) are synced and so is a write that reserves the next block

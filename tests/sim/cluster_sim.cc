@@ -1,0 +1,499 @@
+// Cluster faults searched from seeds (DESIGN 3.14, #30): real replicas (the
+// replica, its engine, committer and change feed, wired as server/daemon.cc
+// wires them) over the in-memory etcd, each with a data dir in memory. A seed
+// draws a schedule of admin changes on the leader and faults: a replica cut
+// off from etcd, answers lost, garbage written at the next log entry, a leader
+// key on no lease, etcd compacted, a data dir that refuses writes, a replica
+// restarted from its data dir. After every step, and once the faults heal:
+//   3 one history: each replica publishes event sequences that only rise, and
+//     every replica names the same event with the same sequence;
+//   7 the cluster agrees: once healed and quiet there is one leader, every
+//     replica has applied the whole log, and every replica's state is the
+//     leader's, field for field; and the cluster still takes a change.
+// The replicas run on their own threads on the real clock (leases of a
+// second), so a seed replays its schedule, not its interleaving: a failure
+// prints the seed and the step, and the run is worth repeating.
+//
+//   cluster_sim --seed N [--steps K] [-v]
+//   cluster_sim --seeds A-B [--steps K]
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "proto/state_convert.h"
+#include "server/api/change_feed.h"
+#include "server/cluster/log_entry.h"
+#include "server/cluster/replica.h"
+#include "server/committer/committer.h"
+#include "server/engine/engine.h"
+#include "server/log/log.h"
+#include "storage/state_mirror.h"
+#include "tests/sim/mem_etcd.h"
+#include "tests/sim/rng.h"
+
+namespace failover::sim {
+namespace {
+
+constexpr char kPrefix[] = "/sim";
+const std::vector<std::string> kTargets = {"t0", "t1", "t2", "t3"};
+const std::vector<std::string> kChains = {"c0", "c1"};
+
+// A replica's data dir: what its committer wrote, as storage would read it back.
+struct Disk {
+  std::mutex mu;
+  StateMirror written;
+  bool refusing = false;
+};
+
+// What every replica published, to hold them to one history.
+class History {
+ public:
+  // One event `replica` published in its `life`-th process; the first break
+  // of the history is kept in error().
+  void Published(int replica, uint64_t life, const Event& e) {
+    const std::string summary =
+        absl::StrCat(static_cast<int>(e.kind), "|", e.target, "|", e.chain, "|", static_cast<int>(e.to_health), "|",
+                     e.to_target, "|", static_cast<int>(e.to_chain_state), "|", e.generation, "|", e.object_name);
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t& last = last_[{replica, life}];
+    if (e.sequence <= last && error_.empty()) {
+      error_ = absl::StrCat("replica ", replica, " published event ", e.sequence, " after ", last);
+    }
+    last = e.sequence;
+    auto [it, added] = events_.emplace(e.sequence, summary);
+    if (!added && it->second != summary && error_.empty()) {
+      error_ = absl::StrCat("event ", e.sequence, " differs between replicas: ", it->second, " and, at replica ",
+                            replica, ", ", summary);
+    }
+  }
+  std::string error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<int, uint64_t>, uint64_t> last_;  // (replica, its life) -> last sequence published
+  std::map<uint64_t, std::string> events_;
+  std::string error_;
+};
+
+// One failoverd of the cluster, as server/daemon.cc wires one in cluster mode.
+class SimReplica {
+ public:
+  SimReplica(int id, MemEtcd* etcd, const Clock* clock, History* history)
+      : id_(id), etcd_(etcd), clock_(clock), history_(history) {}
+  ~SimReplica() { Stop(); }
+
+  void Start() {
+    ++life_;
+    RestoredState state;
+    {
+      std::lock_guard<std::mutex> lock(disk_.mu);
+      state = disk_.written.State();
+    }
+    engine_ = std::make_unique<Engine>();
+    feed_ = std::make_unique<api::ChangeFeed>(state);
+    committer_ = std::make_unique<Committer>(
+        [this](const std::vector<const Change*>& changes) {
+          return replica_->Write(changes, [this](const std::vector<const Change*>& written) {
+            std::lock_guard<std::mutex> lock(disk_.mu);
+            if (disk_.refusing) return absl::UnavailableError("cannot write to the data dir: No space left on device");
+            for (const Change* c : written) disk_.written.Apply(*c);
+            return absl::OkStatus();
+          });
+        },
+        [this](const Change& c) {
+          feed_->Publish(c);
+          for (const Event& e : c.events) history_->Published(id_, life_, e);
+        },
+        [this](const absl::Status& s) { replica_->OnWrites(s); });
+    committer_->set_max_batch(64);
+    engine_->SetChangeSink([this](Change&& c) {
+      replica_->Stamp(&c);
+      committer_->Submit(std::move(c));
+    });
+    std::unique_ptr<MemEtcd::Client> client = etcd_->Connect();
+    client_ = client.get();
+    cluster::ReplicaOptions options;
+    options.prefix = kPrefix;
+    options.lease = absl::Seconds(1);
+    options.log_keep = 16;  // snapshots and a trimmed log within a seed
+    replica_ = std::make_unique<cluster::Replica>(std::move(options), std::move(client), engine_.get(), clock_);
+    engine_->SetAcceptingChanges(false, "this replica is not the cluster's leader yet");
+    {
+      Committer::Scope settled(committer_.get());
+      (void)engine_->Restore(state, clock_->Now());
+      (void)settled.Await();
+    }
+    replica_->Prepare(state.log_index, committer_.get(), feed_.get(), absl::Seconds(1));
+    replica_->Run(absl::StrCat("replica-", id_, ":1"), "", nullptr);
+  }
+
+  void Stop() {
+    if (!replica_) return;
+    replica_->Stop();
+    committer_->Stop();
+    replica_.reset();
+    committer_.reset();
+    feed_.reset();
+    engine_.reset();
+    client_ = nullptr;
+  }
+
+  bool running() const { return replica_ != nullptr; }
+  bool leader() const { return replica_ && replica_->IsLeader(); }
+  uint64_t applied() const { return replica_ ? replica_->LogIndex() : 0; }
+  Engine& engine() { return *engine_; }
+  Committer* committer() { return committer_.get(); }
+  MemEtcd::Client* client() { return client_; }
+  void SetDiskRefusing(bool refusing) {
+    std::lock_guard<std::mutex> lock(disk_.mu);
+    disk_.refusing = refusing;
+  }
+  // The state its published Changes add up to, in the form a follower is sent.
+  std::string State() const {
+    std::string out;
+    for (const v1::FollowedState& part : api::StateToProto(feed_->State(), 1 << 20)) out += part.SerializeAsString();
+    return out;
+  }
+  int id() const { return id_; }
+
+ private:
+  const int id_;
+  MemEtcd* const etcd_;
+  const Clock* const clock_;
+  History* const history_;
+  uint64_t life_ = 0;
+  Disk disk_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<api::ChangeFeed> feed_;
+  std::unique_ptr<Committer> committer_;
+  std::unique_ptr<cluster::Replica> replica_;
+  MemEtcd::Client* client_ = nullptr;
+};
+
+ConfigChange Config() {
+  ConfigChange c;
+  for (const std::string& name : kTargets) {
+    TargetConfig t;
+    t.name = name;
+    c.targets.push_back(t);
+  }
+  ChainConfig c0;
+  c0.name = "c0";
+  c0.targets = {"t0", "t1"};
+  ChainConfig c1;
+  c1.name = "c1";
+  c1.targets = {"t2", "t3", "t1"};
+  c.chains = {c0, c1};
+  return c;
+}
+
+class ClusterSim {
+ public:
+  ClusterSim(uint64_t seed, int steps, bool verbose)
+      : seed_(seed), steps_(steps), verbose_(verbose), rng_(seed), etcd_(&clock_), keys_(kPrefix),
+        admin_(etcd_.Connect()) {
+    const int n = 2 + static_cast<int>(rng_.Below(3));  // two to four replicas
+    for (int i = 0; i < n; ++i) replicas_.push_back(std::make_unique<SimReplica>(i, &etcd_, &clock_, &history_));
+  }
+
+  // The failure, or "" when every invariant held.
+  std::string Run() {
+    for (auto& r : replicas_) r->Start();
+    if (!AwaitLeader()) return "no leader elected at the start";
+    for (step_ = 0; step_ < steps_; ++step_) {
+      Step();
+      Settle(absl::Milliseconds(150));
+      if (std::string e = history_.error(); !e.empty()) return At(e);
+    }
+    return Heal();
+  }
+
+ private:
+  std::string At(const std::string& what) const {
+    return absl::StrCat("seed ", seed_, ", step ", step_, ": ", what);
+  }
+  void Say(const std::string& what) const {
+    if (verbose_) std::fprintf(stderr, "[%d] %s\n", step_, what.c_str());
+  }
+
+  // The one replica that says it leads (null when none or, for the moment a
+  // deposed leader takes to notice, two do).
+  SimReplica* Leader() {
+    SimReplica* leader = nullptr;
+    for (auto& r : replicas_) {
+      if (!r->leader()) continue;
+      if (leader != nullptr) return nullptr;
+      leader = r.get();
+    }
+    return leader;
+  }
+
+  bool AwaitLeader(absl::Duration timeout = absl::Seconds(15)) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      if (SimReplica* leader = Leader()) {
+        if (leader->engine().generation() != 0) return true;
+        // The config, once: as the leader's config reloader would. (Until
+        // acknowledged it may be dropped with a leader that loses its term.)
+        Committer::Scope settled(leader->committer());
+        if (leader->engine().Apply(Config(), ApplyOptions(), clock_.Now()).ok() && settled.Await().ok()) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+  // The highest log index in etcd (0: none).
+  uint64_t LastLogIndex() {
+    etcdpb::RangeRequest log;
+    log.set_key(keys_.LogPrefix());
+    log.set_range_end(keys_.LogEnd());
+    log.set_keys_only(true);
+    absl::StatusOr<etcdpb::RangeResponse> read = admin_->Range(log);
+    if (!read.ok() || read->kvs_size() == 0) return 0;
+    return keys_.IndexOf(read->kvs(read->kvs_size() - 1).key()).value_or(0);
+  }
+
+  // Waits (up to `timeout`) until every running replica that reaches etcd
+  // has applied the whole log: the pace of the schedule.
+  void Settle(absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      const uint64_t last = LastLogIndex();
+      bool settled = true;
+      for (size_t i = 0; i < replicas_.size(); ++i) {
+        if (replicas_[i]->running() && !cut_[i] && replicas_[i]->applied() < last) settled = false;
+      }
+      if (settled) return;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  void Step() {
+    const size_t kind = rng_.Below(100);
+    SimReplica& any = *replicas_[rng_.Below(replicas_.size())];
+    const size_t i = static_cast<size_t>(any.id());
+    if (kind < 55) return Admin();
+    if (kind < 63) {
+      if (!any.running()) return;
+      cut_[i] = !cut_[i];
+      Say(absl::StrCat(cut_[i] ? "cut off " : "reconnect ", "replica ", i));
+      return any.client()->SetReachable(!cut_[i]);
+    }
+    if (kind < 70) {
+      if (!any.running()) return;
+      Say(absl::StrCat("replica ", i, " loses its next answers"));
+      return any.client()->LoseAnswers(1 + static_cast<int>(rng_.Below(2)));
+    }
+    if (kind < 74) {
+      const uint64_t next = LastLogIndex() + 1;
+      Say(absl::StrCat("garbage at log entry ", next));
+      // Only where no leader wrote yet: garbage over an applied entry loses
+      // what followers need, which they must report, not get past.
+      etcdpb::TxnRequest txn;
+      etcdpb::Compare* absent = txn.add_compare();
+      absent->set_key(keys_.Log(next));
+      absent->set_target(etcdpb::Compare::CREATE);
+      absent->set_result(etcdpb::Compare::EQUAL);
+      absent->set_create_revision(0);
+      etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(keys_.Log(next));
+      put->set_value("garbage");
+      (void)admin_->Txn(txn);
+      return;
+    }
+    if (kind < 77) {
+      Say("the leader key rewritten on no lease");
+      etcdpb::PutRequest put;
+      put.set_key(keys_.Leader());
+      put.set_value("garbage:1");
+      (void)admin_->Put(put);
+      return;
+    }
+    if (kind < 82) {
+      Say("etcd compacted");
+      (void)etcd_.Compact(etcd_.revision());
+      return;
+    }
+    if (kind < 90) {
+      refusing_[i] = !refusing_[i];
+      Say(absl::StrCat("replica ", i, "'s data dir ", refusing_[i] ? "refuses writes" : "takes writes again"));
+      return any.SetDiskRefusing(refusing_[i]);
+    }
+    if (!any.running()) return;
+    Say(absl::StrCat("replica ", i, " restarts"));
+    any.Stop();
+    cut_[i] = false;
+    any.Start();
+  }
+
+  // An admin change on the leader, as its AdminService would make it.
+  void Admin() {
+    SimReplica* leader = Leader();
+    if (leader == nullptr) return;
+    Engine& engine = leader->engine();
+    const absl::Time now = clock_.Now();
+    const std::string& chain = rng_.Pick(kChains);
+    const std::string& target = rng_.Pick(kTargets);
+    switch (rng_.Below(5)) {
+      case 0: (void)engine.Pin(chain, chain == "c0" ? "t1" : "t3", now, "sim"); break;
+      case 1: (void)engine.Unpin(chain, now, "sim"); break;
+      case 2: (void)engine.TriggerManualFailover(target, "sim", now, "sim"); break;
+      case 3: (void)engine.CancelManualFailover(target, now, "sim"); break;
+      default: (void)engine.SetTargetEnabled(target, rng_.Chance(0.5), now, "sim"); break;
+    }
+  }
+
+  // Every fault healed, then the cluster must agree and still take a change.
+  std::string Heal() {
+    Say("healing every fault");
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      if (!replicas_[i]->running()) replicas_[i]->Start();
+      replicas_[i]->client()->SetReachable(true);
+      replicas_[i]->client()->LoseAnswers(0);
+      replicas_[i]->SetDiskRefusing(false);
+      cut_[i] = refusing_[i] = false;
+    }
+    if (!AwaitLeader(absl::Seconds(30))) return At("no leader within 30 s of healing");
+    if (std::string e = AwaitAgreement(); !e.empty()) return At(e);
+    // Still deciding: a change the leader acknowledges is in the log, and on
+    // every replica. (A leader deposed just now refuses it: ask the next.)
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    std::string refused;
+    bool enable = false;
+    for (bool acknowledged = false; !acknowledged;) {
+      if (absl::Now() > give_up) {
+        return At(absl::StrCat("no leader acknowledged a change within 30 s of healing (", refused, ")", Replicas()));
+      }
+      SimReplica* leader = Leader();
+      if (leader == nullptr) {
+        absl::SleepFor(absl::Milliseconds(10));
+        continue;
+      }
+      const uint64_t before = LastLogIndex();
+      Committer::Scope settled(leader->committer());
+      enable = !enable;  // one of the two is a change
+      const absl::Status made = leader->engine().SetTargetEnabled("t3", enable, clock_.Now(), "sim").status();
+      if (!made.ok()) refused = std::string(made.message());
+      const absl::Status awaited = settled.Await();
+      acknowledged = made.ok() && settled.changed() && awaited.ok();
+      if (acknowledged && LastLogIndex() <= before) return At("an acknowledged change is not in the log");
+      if (!acknowledged) {
+        if (made.ok() && settled.changed()) {
+          Say(absl::StrCat("not acknowledged at replica ", leader->id(), ": ", awaited.ToString()));
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    }
+    if (std::string e = AwaitAgreement(); !e.empty()) return At(e);
+    return history_.error().empty() ? "" : At(history_.error());
+  }
+
+  // Where each replica stands, for a failure's message.
+  std::string Replicas() {
+    std::string out;
+    for (auto& r : replicas_) {
+      absl::StrAppend(&out, "\n  replica ", r->id(), ": ", r->leader() ? "leader" : "follower", ", applied ",
+                      r->applied(), ", ", r->engine().accepting_changes() ? "accepting changes" : "refusing changes");
+    }
+    return out;
+  }
+
+  std::string AwaitAgreement() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    std::string why;
+    while (absl::Now() < give_up) {
+      why = Disagreement();
+      if (why.empty()) return "";
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::StrCat("no agreement within 30 s of healing: ", why, Replicas());
+  }
+
+  std::string Disagreement() {
+    SimReplica* leader = Leader();
+    if (leader == nullptr) return "no leader";
+    const uint64_t last = LastLogIndex();
+    const std::string state = leader->State();
+    for (auto& r : replicas_) {
+      if (r->applied() != last) return absl::StrCat("replica ", r->id(), " applied ", r->applied(), " of ", last);
+      if (r->State() != state) return absl::StrCat("replica ", r->id(), "'s state differs from the leader's");
+    }
+    return "";
+  }
+
+  const uint64_t seed_;
+  const int steps_;
+  const bool verbose_;
+  Rng rng_;
+  RealClock clock_;
+  MemEtcd etcd_;
+  const cluster::Keys keys_;
+  std::unique_ptr<MemEtcd::Client> admin_;  // an operator's etcdctl
+  History history_;
+  std::vector<std::unique_ptr<SimReplica>> replicas_;
+  std::map<size_t, bool> cut_;
+  std::map<size_t, bool> refusing_;
+  int step_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  uint64_t first = 1;
+  uint64_t last = 1;
+  int steps = 40;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-v") {
+      verbose = true;
+    } else if ((arg == "--seed" || arg == "--seeds") && i + 1 < argc) {
+      std::vector<std::string> range = absl::StrSplit(argv[++i], '-');
+      if (!absl::SimpleAtoi(range[0], &first) || !absl::SimpleAtoi(range.back(), &last) || last < first) {
+        std::fprintf(stderr, "cluster_sim: %s: not a seed or a range A-B\n", argv[i]);
+        return 2;
+      }
+    } else if (arg == "--steps" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &steps) || steps < 1) {
+        std::fprintf(stderr, "cluster_sim: --steps %s: not a positive number\n", argv[i]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: cluster_sim --seed N | --seeds A-B [--steps K] [-v]\n");
+      return 2;
+    }
+  }
+  // The replicas' own log says what they did: with -v, beside the steps.
+  log::Configure(verbose ? log::Level::kInfo : log::Level::kError, false);
+  int failed = 0;
+  for (uint64_t seed = first; seed <= last; ++seed) {
+    const absl::Time start = absl::Now();
+    const std::string error = ClusterSim(seed, steps, verbose).Run();
+    if (!error.empty()) {
+      ++failed;
+      std::fprintf(stderr, "cluster_sim: FAILED %s\n  again with: cluster_sim --seed %lu --steps %d -v\n",
+                   error.c_str(), static_cast<unsigned long>(seed), steps);
+    } else {
+      std::fprintf(stderr, "cluster_sim: seed %lu held (%s)\n", static_cast<unsigned long>(seed),
+                   absl::FormatDuration(absl::Now() - start).c_str());
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace failover::sim
+
+int main(int argc, char** argv) { return failover::sim::Main(argc, argv); }

@@ -65,12 +65,13 @@ class History {
         absl::StrCat(static_cast<int>(e.kind), "|", e.target, "|", e.chain, "|", static_cast<int>(e.to_health), "|",
                      e.to_target, "|", static_cast<int>(e.to_chain_state), "|", e.generation, "|", e.object_name);
     std::lock_guard<std::mutex> lock(mu_);
+    auto [it, added] = events_.emplace(e.sequence, summary);
     uint64_t& last = last_[{replica, life}];
     if (e.sequence <= last && error_.empty()) {
-      error_ = absl::StrCat("replica ", replica, " published event ", e.sequence, " after ", last);
+      error_ = absl::StrCat("replica ", replica, " published event ", e.sequence, " (", summary, ") after ", last,
+                            it->second == summary ? ": the same event again" : "");
     }
     last = e.sequence;
-    auto [it, added] = events_.emplace(e.sequence, summary);
     if (!added && it->second != summary && error_.empty()) {
       error_ = absl::StrCat("event ", e.sequence, " differs between replicas: ", it->second, " and, at replica ",
                             replica, ", ", summary);

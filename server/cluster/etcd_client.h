@@ -1,8 +1,8 @@
 // A small client for etcd's v3 gRPC API (KV, Watch, Lease, Auth), built on the
 // project's own gRPC from etcd's proto files (DESIGN 3.12): the Etcd a
-// replica uses in production. Unary calls go to
-// the endpoint that answered last and move on to the next when one does not
-// answer, so losing an etcd member costs one timeout at most.
+// replica uses in production. Unary calls go to the endpoint that answered
+// last and move on to the next when one does not answer, so losing an etcd
+// member costs one timeout at most.
 #pragma once
 
 #include <atomic>

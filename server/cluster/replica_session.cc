@@ -196,16 +196,6 @@ void Replica::BecomeLeader(int64_t term) {
   cursor_.Lead();
   leader_.store(true, std::memory_order_release);
   leader_changes_.fetch_add(1);
-  // The watch steps a leader down when its key is taken, but what it showed
-  // before this replica took office went by unchecked: read the key once now.
-  // (Its writes are fenced on the key either way; this is so it does not
-  // stay in office, writing nothing, on a key that is no longer its own.)
-  etcdpb::RangeRequest own;
-  own.set_key(keys_.Leader());
-  if (absl::StatusOr<etcdpb::RangeResponse> read = etcd_->Range(own); read.ok()) {
-    SawLeaderKey(read->kvs_size() > 0 ? &read->kvs(0) : nullptr);
-    if (!IsLeader()) return;
-  }
   if (writes_ok_.load()) engine_->SetAcceptingChanges(true);
   SetLeaderAddress(advertise_);
   log::Info("this replica is the cluster's leader", {{"term", term}, {"applied_index", cursor_.applied()}});

@@ -173,7 +173,7 @@ bool Replica::OverwriteStuckEntry(int64_t term) {
   empty.log_index = stuck;
   empty.next_sequence = engine_->next_sequence();
   etcdpb::TxnRequest txn;
-  RequireLeaderKey(&txn, keys_.Leader(), term, lease_.load());
+  RequireKeyCreatedAt(&txn, keys_.Leader(), term);
   etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(keys_.Log(stuck));
   put->set_value(EncodeEntry(empty, term));

@@ -49,12 +49,11 @@ absl::Status Replica::CatchUp(int64_t* revision) {
 bool Replica::SawLeaderKey(const mvccpb::KeyValue* kv) {
   // A key on no lease is no leader's (a hand-written one): vacant.
   const bool held = kv != nullptr && HeldByALease(*kv);
-  if (IsLeader() && (!held || kv->create_revision() != term_.load() || kv->lease() != lease_.load())) {
-    // This replica's key was deleted, replaced, or written over in place (on
-    // no lease or on another's): it leads no more, though its own lease lives
-    // and, for a key written over in place, its fenced writes still pass.
-    // Without this it would go on answering as the leader (admin calls, rpm
-    // shares) until a write of its failed.
+  if (IsLeader() && (!held || kv->create_revision() != term_.load())) {
+    // This replica's key was deleted, replaced or written over by hand: it
+    // leads no more, though its lease lives and its fenced writes may pass
+    // until the key is made again. Without this it would go on answering as
+    // the leader (admin calls, rpm shares) until a write of its failed.
     StepDown(held ? "another replica holds the leader key" : "its leader key was deleted or written over on no lease");
   }
   SetLeaderAddress(held ? kv->value() : "");

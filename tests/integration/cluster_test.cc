@@ -721,8 +721,8 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
   const size_t entries = LogTerms().size();
   // Another replica's key replaces this leader's while its lease still runs
-  // (as after a pause). Its writes are fenced on the key it created, and its
-  // watch shows it the key is gone: it steps down, whichever comes first.
+  // (as after a pause): it still takes itself for the leader; its writes are
+  // fenced on the key it created.
   auto kv_channel = grpc::CreateChannel(etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')),
                                        grpc::InsecureChannelCredentials());
   auto kv = etcdserverpb::KV::NewStub(kv_channel);
@@ -747,10 +747,10 @@ TEST_F(ClusterTest, ALeaderWhoseKeyWasTakenWritesNothing) {
   put.set_lease(granted.id());
   etcdserverpb::PutResponse taken;
   ASSERT_TRUE(kv->Put(Ctx().get(), put, &taken).ok());
-  // Refused as the leader (the fence), or as a follower passing it on to the
-  // impostor's address, where nothing answers: either way, not made.
+  ASSERT_EQ(Status(leader_).role(), ClusterStatus::ROLE_LEADER);
   const grpc::Status refused = Pin(leader_, "b");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("leadership"), std::string::npos) << refused.error_message();
   EXPECT_EQ(LogTerms().size(), entries);
   // It steps down and drops what it made.
   EXPECT_TRUE(Within(5, [&] { return Status(leader_).role() == ClusterStatus::ROLE_FOLLOWER; }));
@@ -791,38 +791,6 @@ TEST_F(ClusterTest, ALeaderKeyOnNoLeaseIsTakenOver) {
   const int follower = Follower(old_leader);
   ASSERT_GE(follower, 0);
   EXPECT_TRUE(Pin(follower, "b").ok()) << "an admin call at a follower reaches the new leader";
-  EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
-}
-
-// The same hand-written key over a live leader's (its lease still runs, and
-// the key keeps the revision it was created at, so the leader's fenced writes
-// would still pass). The followers clear it and elect one of themselves; the
-// old leader sees its key gone and steps down at once. Before, it went on
-// answering as a second leader (admin calls, rpm shares from its own books)
-// until a write of its failed, which with no writes was never.
-TEST_F(ClusterTest, ALiveLeaderWhoseKeyIsWrittenOverStepsDownAtOnce) {
-  ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1)));
-  auto kv = etcdserverpb::KV::NewStub(grpc::CreateChannel(
-      etcd_->Endpoints().substr(0, etcd_->Endpoints().find(',')), grpc::InsecureChannelCredentials()));
-  etcdserverpb::PutRequest put;
-  put.set_key(prefix_ + "/leader");
-  put.set_value("garbage:1");
-  etcdserverpb::PutResponse written;
-  ASSERT_TRUE(kv->Put(Ctx().get(), put, &written).ok());
-  // A replica made the key again, on its lease, after the hand-written one.
-  ASSERT_TRUE(Within(15, [&] {
-    etcdserverpb::RangeRequest get;
-    get.set_key(prefix_ + "/leader");
-    etcdserverpb::RangeResponse read;
-    if (!kv->Range(Ctx().get(), get, &read).ok() || read.kvs_size() == 0) return false;
-    return read.kvs(0).lease() != 0 && read.kvs(0).create_revision() > written.header().revision();
-  }));
-  // (Without the step-down the old leader kept saying so until the new one's
-  // first log write: this end-to-end check passes then too, a few seconds
-  // later. cluster_sim is the one that fails: there nothing is written.)
-  leader_ = AwaitLeader(10);
-  ASSERT_GE(leader_, 0) << "not exactly one replica says it leads, or they name different leaders";
-  EXPECT_TRUE(Pin(Follower(), "b").ok());
   EXPECT_TRUE(Within(5, [&] { return Pinned(leader_) == "b"; }));
 }
 

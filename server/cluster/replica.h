@@ -142,6 +142,9 @@ class Replica final : public api::LeaderLink {
   // conflict, a reset to do).
   bool ApplyEntry(uint64_t index, const std::string& value);
   absl::Status CatchUp(int64_t* revision);
+  // The leader key as the log thread read it (null: there is none). A leader
+  // whose key is gone or another's steps down. False when the key is vacant.
+  bool SawLeaderKey(const mvccpb::KeyValue* kv);
   // The log is stuck at `index` (`why`), or has got past where it was stuck.
   void NoteStuck(uint64_t index, const absl::Status& why);
   void NoteApplied();

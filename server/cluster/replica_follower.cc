@@ -20,7 +20,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   absl::StatusOr<etcdpb::RangeResponse> held = etcd_->Range(leader);
   if (!held.ok()) return held.status();
   *revision = held->header().revision();
-  SetLeaderAddress(held->kvs_size() > 0 && HeldByALease(held->kvs(0)) ? held->kvs(0).value() : "");
+  SawLeaderKey(held->kvs_size() > 0 ? &held->kvs(0) : nullptr);
   if (absl::Status from_snapshot = InstallSnapshot(*revision); !from_snapshot.ok()) return from_snapshot;
   for (;;) {
     etcdpb::RangeRequest page;
@@ -44,6 +44,21 @@ absl::Status Replica::CatchUp(int64_t* revision) {
     changed_.notify_all();
   }
   return absl::OkStatus();
+}
+
+bool Replica::SawLeaderKey(const mvccpb::KeyValue* kv) {
+  // A key on no lease is no leader's (a hand-written one): vacant.
+  const bool held = kv != nullptr && HeldByALease(*kv);
+  if (IsLeader() && (!held || kv->create_revision() != term_.load() || kv->lease() != lease_.load())) {
+    // This replica's key was deleted, replaced, or written over in place (on
+    // no lease or on another's): it leads no more, though its own lease lives
+    // and, for a key written over in place, its fenced writes still pass.
+    // Without this it would go on answering as the leader (admin calls, rpm
+    // shares) until a write of its failed.
+    StepDown(held ? "another replica holds the leader key" : "its leader key was deleted or written over on no lease");
+  }
+  SetLeaderAddress(held ? kv->value() : "");
+  return held;
 }
 
 bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
@@ -154,9 +169,7 @@ void Replica::RunLog() {
       for (const mvccpb::Event& event : response.events()) {
         const mvccpb::KeyValue& kv = event.kv();
         if (kv.key() == keys_.Leader()) {
-          // A key on no lease is no leader's (a hand-written one): vacant.
-          const bool gone = event.type() == mvccpb::Event::DELETE || !HeldByALease(kv);
-          SetLeaderAddress(gone ? "" : kv.value());
+          const bool gone = !SawLeaderKey(event.type() == mvccpb::Event::DELETE ? nullptr : &kv);
           if (gone) {
             std::lock_guard<std::mutex> lock(mu_);
             campaign_now_ = true;  // the leader resigned or its lease ran out: stand at once

@@ -31,6 +31,20 @@ inline void RequireKeyCreatedAt(etcdpb::TxnRequest* txn, const std::string& key,
   compare->set_create_revision(revision);
 }
 
+// A leader's fence: the transaction succeeds only while the leader key is
+// the one it created in its term (`term`, the key's create revision) and is
+// still on its lease. A key written over in place keeps its create revision,
+// so the lease is what tells a key made again by hand, or by an impostor on
+// another lease, from the leader's own.
+inline void RequireLeaderKey(etcdpb::TxnRequest* txn, const std::string& key, int64_t term, int64_t lease) {
+  RequireKeyCreatedAt(txn, key, term);
+  etcdpb::Compare* own = txn->add_compare();
+  own->set_key(key);
+  own->set_target(etcdpb::Compare::LEASE);
+  own->set_result(etcdpb::Compare::EQUAL);
+  own->set_lease(lease);
+}
+
 // Replicas write the leader key on their lease; one on none was written by
 // hand and belongs to no replica.
 inline bool HeldByALease(const mvccpb::KeyValue& kv) { return kv.lease() != 0; }

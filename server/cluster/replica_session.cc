@@ -173,7 +173,7 @@ bool Replica::OverwriteStuckEntry(int64_t term) {
   empty.log_index = stuck;
   empty.next_sequence = engine_->next_sequence();
   etcdpb::TxnRequest txn;
-  RequireKeyCreatedAt(&txn, keys_.Leader(), term);
+  RequireLeaderKey(&txn, keys_.Leader(), term, lease_.load());
   etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(keys_.Log(stuck));
   put->set_value(EncodeEntry(empty, term));
@@ -199,6 +199,18 @@ void Replica::BecomeLeader(int64_t term) {
   if (writes_ok_.load()) engine_->SetAcceptingChanges(true);
   SetLeaderAddress(advertise_);
   log::Info("this replica is the cluster's leader", {{"term", term}, {"applied_index", cursor_.applied()}});
+  // The watch steps a leader down when its key is taken, but what it showed
+  // before this replica took office went by unchecked: read the key once now.
+  // Its writes are fenced on the key either way; this is so it does not stay
+  // in office, writing nothing, on a key that is no longer its own. (Read
+  // after taking office in full, so a caller that sees this replica lead is
+  // never refused as a replica still taking office.)
+  etcdpb::RangeRequest own;
+  own.set_key(keys_.Leader());
+  if (absl::StatusOr<etcdpb::RangeResponse> read = etcd_->Range(own); read.ok()) {
+    SawLeaderKey(read->kvs_size() > 0 ? &read->kvs(0) : nullptr);
+    if (!IsLeader()) return;
+  }
   if (on_leader_) on_leader_();
 }
 

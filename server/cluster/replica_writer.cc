@@ -53,7 +53,7 @@ absl::Status Replica::Write(const std::vector<const Change*>& changes, const Loc
     size_t next = 0;
     while (next < fresh.size()) {
       etcdpb::TxnRequest txn;
-      RequireKeyCreatedAt(&txn, keys_.Leader(), term);
+      RequireLeaderKey(&txn, keys_.Leader(), term, lease_.load());
       size_t bytes = 0;
       const size_t first = next;
       while (next < fresh.size()) {
@@ -127,7 +127,7 @@ void Replica::Compact() {
   // never overwrites what the next leader wrote at the same index.
   for (size_t i = 0; i < parts.size(); ++i) {
     etcdpb::TxnRequest part;
-    RequireKeyCreatedAt(&part, keys_.Leader(), term);
+    RequireLeaderKey(&part, keys_.Leader(), term, lease_.load());
     etcdpb::PutRequest* put = part.add_success()->mutable_request_put();
     put->set_key(keys_.SnapshotPart(at, static_cast<uint32_t>(i)));
     put->set_value(parts[i].SerializeAsString());
@@ -138,7 +138,7 @@ void Replica::Compact() {
   // The pointer moves, and what it makes unneeded goes, only while this
   // replica still leads.
   etcdpb::TxnRequest txn;
-  RequireKeyCreatedAt(&txn, keys_.Leader(), term);
+  RequireLeaderKey(&txn, keys_.Leader(), term, lease_.load());
   SnapshotPointer pointer;
   pointer.set_log_index(at);
   pointer.set_parts(static_cast<uint32_t>(parts.size()));

@@ -3,10 +3,13 @@
 // wires them) over the in-memory etcd, each with a data dir in memory. A seed
 // draws a schedule of admin changes on the leader and faults: a replica cut
 // off from etcd, answers lost, garbage written at the next log entry, a leader
-// key on no lease, etcd compacted, a data dir that refuses writes, a replica
+// key written over on no lease or by an impostor on a lease of its own, etcd
+// compacted, a data dir that refuses writes, a replica
 // restarted from its data dir. After every step, and once the faults heal:
 //   3 one history: each replica publishes event sequences that only rise, and
 //     every replica names the same event with the same sequence;
+//   4 no replica leads on a key that is not its own: while an impostor holds
+//     the leader key (on a lease of its own), every replica comes to follow;
 //   7 the cluster agrees: once healed and quiet there is one leader, every
 //     replica has applied the whole log, and every replica's state is the
 //     leader's, field for field; and the cluster still takes a change.
@@ -218,6 +221,7 @@ class ClusterSim {
       Step();
       Settle(absl::Milliseconds(150));
       if (std::string e = history_.error(); !e.empty()) return At(e);
+      if (!impostor_error_.empty()) return At(impostor_error_);
     }
     return Heal();
   }
@@ -317,11 +321,25 @@ class ClusterSim {
       return;
     }
     if (kind < 77) {
-      Say("the leader key rewritten on no lease");
+      // Written over in place: the key keeps its create revision, so only
+      // its value and lease say it is no replica's any more.
+      const bool impostor = rng_.Chance(0.5);
+      Say(impostor ? "the leader key taken by an impostor on a lease of its own" : "the leader key rewritten on no lease");
       etcdpb::PutRequest put;
       put.set_key(keys_.Leader());
       put.set_value("garbage:1");
+      int64_t lease = 0;
+      if (impostor) {
+        absl::StatusOr<int64_t> granted = admin_->Grant(absl::Seconds(60));
+        if (!granted.ok()) return;
+        lease = *granted;
+        put.set_lease(lease);
+      }
       (void)admin_->Put(put);
+      if (!impostor) return;
+      // The impostor holds the key until it goes; meanwhile nobody may lead.
+      impostor_error_ = AwaitNoneLeads();
+      admin_->Revoke(lease);
       return;
     }
     if (kind < 82) {
@@ -355,6 +373,25 @@ class ClusterSim {
       case 2: (void)engine.TriggerManualFailover(target, "sim", now, "sim"); break;
       case 3: (void)engine.CancelManualFailover(target, now, "sim"); break;
       default: (void)engine.SetTargetEnabled(target, rng_.Chance(0.5), now, "sim"); break;
+    }
+  }
+
+  // While an impostor's key (on a live lease) is the leader key, no replica
+  // may go on leading: its writes are fenced on its own lease, and it must
+  // notice and step down, not stay in office beside the impostor. "" once
+  // none leads.
+  std::string AwaitNoneLeads() {
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    for (;;) {
+      std::string leading;
+      for (auto& r : replicas_) {
+        if (r->leader()) absl::StrAppend(&leading, " ", r->id());
+      }
+      if (leading.empty()) return "";
+      if (absl::Now() >= give_up) {
+        return absl::StrCat("replica(s)", leading, " still lead 10 s after an impostor took the leader key", Replicas());
+      }
+      absl::SleepFor(absl::Milliseconds(10));
     }
   }
 
@@ -448,6 +485,7 @@ class ClusterSim {
   std::vector<std::unique_ptr<SimReplica>> replicas_;
   std::map<size_t, bool> cut_;
   std::map<size_t, bool> refusing_;
+  std::string impostor_error_;  // a replica that led beside an impostor
   int step_ = 0;
 };
 

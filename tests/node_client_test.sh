@@ -19,4 +19,6 @@ cp "$root/tests/node_client/package.json" "$root/tests/node_client/test.js" "$ro
 cd "$work/app"
 npm install --no-audit --no-fund --loglevel=error "$tarball" > /dev/null
 npx --no-install tsc --strict --noEmit --module commonjs --target es2020 --types node types_check.ts
-FAILOVERD_BINARY="$failoverd" node --test test.js
+# Its data dirs go under $work, which goes with the trap.
+mkdir -p "$work/tmp"
+TMPDIR="$work/tmp" FAILOVERD_BINARY="$failoverd" node --test test.js

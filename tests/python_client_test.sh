@@ -20,4 +20,6 @@ if grep -qE " failover/" <<<"$listing"; then echo "the wheel owns a top-level fa
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --no-deps --no-index "$wheel" 2> >(grep -v "as the 'root' user" >&2)
 /usr/bin/python3 -m pyflakes "$root/client/python/failoverd_client"/*.py "$root/tests/python_client"
-cd "$work" && "$work/venv/bin/python" "$root/tests/python_client/test_client.py" "$failoverd"
+# Its data dirs go under $work, which goes with the trap.
+mkdir -p "$work/tmp"
+cd "$work" && TMPDIR="$work/tmp" "$work/venv/bin/python" "$root/tests/python_client/test_client.py" "$failoverd"

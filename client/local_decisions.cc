@@ -38,6 +38,27 @@ LocalDecisions::~LocalDecisions() {
   thread_.join();
   watchdog_.join();
   leaser_.join();
+  GiveBackRpm();
+}
+
+void LocalDecisions::GiveBackRpm() {
+  // This copy plans nothing more: what it holds of each cap and did not use
+  // goes back to the others now, not when the minute ends. Unanswered (failoverd
+  // away), it stays booked until then, as a crashed client's does.
+  std::shared_ptr<Copy> copy = Current();
+  if (copy == nullptr) return;
+  const v1::LeaseRpmRequest request = api::RpmGiveBackRequest(*copy->engine, clock_->Now(), requester_);
+  if (request.asks_size() == 0) return;
+  v1::LeaseRpmResponse response;
+  (void)CallLeaseRpm(request, &response);
+}
+
+grpc::Status LocalDecisions::CallLeaseRpm(const v1::LeaseRpmRequest& request, v1::LeaseRpmResponse* response) {
+  grpc::ClientContext ctx;
+  ConnectionOptions short_call = connection_;
+  short_call.timeout_seconds = 1;
+  PrepareContext(short_call, &ctx);
+  return stub_->LeaseRpm(&ctx, request, response);
 }
 
 std::shared_ptr<LocalDecisions::Copy> LocalDecisions::Current() const {
@@ -121,12 +142,8 @@ void LocalDecisions::Lease() {
     if (!fresh) continue;
     const v1::LeaseRpmRequest request = api::RpmLeaseRequest(*copy->engine, clock_->Now(), kSharers, requester_);
     if (request.asks_size() == 0) continue;
-    grpc::ClientContext ctx;
-    ConnectionOptions short_call = connection_;
-    short_call.timeout_seconds = 1;
-    PrepareContext(short_call, &ctx);
     v1::LeaseRpmResponse response;
-    const grpc::Status leased = stub_->LeaseRpm(&ctx, request, &response);
+    const grpc::Status leased = CallLeaseRpm(request, &response);
     // A failoverd from before leases: the copy plans each cap whole, as it
     // did (asked again each round, so an upgraded one is heard).
     if (leased.error_code() == grpc::StatusCode::UNIMPLEMENTED) copy->engine->LeaseRpm(false);

@@ -88,6 +88,8 @@ class LocalDecisions final : public LocalDecider {
   void Heard();  // something arrived from failoverd
   // Asks failoverd for this copy's shares of the rpm caps (its own thread).
   void Lease();
+  void GiveBackRpm();  // on closing
+  grpc::Status CallLeaseRpm(const v1::LeaseRpmRequest& request, v1::LeaseRpmResponse* response);  // 1 s deadline
   // Reads one stream until it ends; returns why.
   grpc::Status FollowOnce(grpc::ClientContext* ctx);
   std::shared_ptr<Copy> Current() const;

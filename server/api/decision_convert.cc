@@ -114,6 +114,24 @@ v1::LeaseRpmRequest RpmLeaseRequest(const Engine& engine, absl::Time now, uint32
   return request;
 }
 
+v1::LeaseRpmRequest RpmGiveBackRequest(const Engine& engine, absl::Time now, const std::string& requester) {
+  v1::LeaseRpmRequest request;
+  const int64_t minute = RpmMinuteOf(now);
+  constexpr int kMostAsks = 10000;  // what one LeaseRpm takes; the rest stays booked until its minute ends
+  for (int64_t m : {minute, minute + 1}) {
+    for (const Engine::RpmUse& use : engine.RpmUses(m)) {
+      if (!use.has_grant || request.asks_size() >= kMostAsks) continue;
+      v1::RpmAsk* out = request.add_asks();
+      out->set_target(use.target);
+      out->set_minute(m);
+      out->set_used(use.used);
+      out->set_give_back(true);
+    }
+  }
+  if (request.asks_size() > 0) request.set_requester(requester);
+  return request;
+}
+
 void TakeRpmGrants(const v1::LeaseRpmResponse& response, Engine* engine) {
   for (const v1::RpmGrant& grant : response.grants()) {
     engine->SetRpmGrant(grant.target(), grant.minute(), grant.requests());

@@ -28,5 +28,9 @@ void ReportResultToProto(const ReportResult& result, v1::ReportOutcomeResponse* 
 v1::LeaseRpmRequest RpmLeaseRequest(const Engine& engine, absl::Time now, uint32_t sharers,
                                     const std::string& requester);
 void TakeRpmGrants(const v1::LeaseRpmResponse& response, Engine* engine);
+// What a closing requester gives back: for every share `engine` holds, this
+// minute's and the next's, a give-back ask that keeps only what it planned
+// (no asks: it holds none).
+v1::LeaseRpmRequest RpmGiveBackRequest(const Engine& engine, absl::Time now, const std::string& requester);
 
 }  // namespace failover::api

@@ -23,7 +23,8 @@ absl::Status GrantRpmShares(const v1::LeaseRpmRequest& request, int64_t now_minu
     // A single node's own planning so far is out of the requesters' reach.
     const uint32_t planned_here = single_node ? std::min(cap, engine->RpmUsed(ask.target(), ask.minute())) : 0;
     const uint32_t granted = ledger->Grant(request.requester(), {ask.target(), ask.minute(), cap - planned_here,
-                                                                 std::min(ask.want(), cap), ask.held(), ask.used()});
+                                                                 std::min(ask.want(), cap), ask.held(), ask.used(),
+                                                                 ask.give_back()});
     if (single_node) {
       const uint64_t leased = std::min<uint64_t>(cap, ledger->Granted(ask.target(), ask.minute()));
       engine->SetRpmGrant(ask.target(), ask.minute(), static_cast<uint32_t>(cap - leased));

@@ -9,6 +9,12 @@ uint32_t RpmLedger::Grant(const std::string& requester, const Ask& ask) {
   Book& book = books_[{ask.minute, ask.target}];
   if (book.shares.size() >= kMostRequesters && book.shares.count(requester) == 0) return 0;
   uint32_t& share = book.shares[requester];
+  if (ask.give_back) {
+    // What it planned is spent and stays counted; the rest it will not plan.
+    book.total = book.total - share + ask.used;
+    share = ask.used;
+    return share;
+  }
   // What the requester holds or already planned is spent or promised: it
   // stays its own (and counts against the cap) whatever the books said.
   const uint32_t owned = std::max({share, ask.held, ask.used});

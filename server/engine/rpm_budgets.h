@@ -34,6 +34,7 @@ class RpmLedger {
     uint32_t want = 0;   // the total the requester wants to plan in the minute
     uint32_t held = 0;   // what it holds for the minute now
     uint32_t used = 0;   // what it planned in the minute so far
+    bool give_back = false;  // it plans no more: its share becomes `used`
   };
 
   // Requesters one target's minute keeps books for; an ask from one more
@@ -43,7 +44,8 @@ class RpmLedger {
 
   // The requester's total for the minute after this ask: at least what it
   // held or used, at most `want` unless those were more, and never so much
-  // that the minute's shares pass the cap.
+  // that the minute's shares pass the cap. A give-back ask makes it exactly
+  // what it used (a closing requester's unused share goes back to the cap).
   uint32_t Grant(const std::string& requester, const Ask& ask);
 
   // Forgets the minutes before `minute` (they can no longer be planned).

@@ -178,6 +178,43 @@ TEST_F(LocalDecisionsTest, CopiesLeaseTheirPartsOfAnRpmCapSoTogetherWithFailover
       << "busy copy " << busy_planned << ", idle copy " << idle_planned << ", failoverd " << failoverd_planned;
 }
 
+// A copy that closes gives back what it held of a cap and did not plan, so
+// failoverd (and other copies) can plan it in the same minute. Before, the
+// share stayed booked until the minute ended.
+TEST_F(LocalDecisionsTest, AClosingCopyGivesBackTheRpmItHeldAndDidNotPlan) {
+  constexpr int kCap = 640;  // a copy's first ask is a quarter of cap / 16: 10
+  v1::ApplyRequest config;
+  AddTarget(&config, "a")->mutable_limits()->set_rpm(kCap);
+  AddTarget(&config, "b");
+  AddChain(&config, "ch", {"a", "b"});
+  ASSERT_TRUE(Apply(config).ok());
+  v1::PickTargetRequest req;
+  req.set_chain("ch");
+  int copy_planned = 0;
+  int failoverd_planned = 0;
+  // A round that runs into the next minute is taken again.
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(AwaitEarlyInAMinute(40));
+    const int64_t minute = absl::ToUnixSeconds(absl::Now()) / 60;
+    copy_planned = failoverd_planned = 0;
+    {
+      std::unique_ptr<client::LocalDecisions> copy = Follow();
+      ASSERT_TRUE(copy->WaitReady(kFirstLoad)) << copy->last_error();
+      // It plans none of the cap until it holds a share.
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (copy_planned == 0 && absl::Now() < deadline) {
+        v1::PickTargetResponse plan;
+        copy_planned += copy->Pick(req, &plan).ok() && plan.attempts_size() > 0 && plan.attempts(0).target() == "a";
+      }
+      ASSERT_EQ(copy_planned, 1) << "the copy got no share of the cap";
+    }
+    for (int k = 0; k < kCap + 20; ++k) failoverd_planned += Pick("ch").attempts(0).target() == "a";
+    if (absl::ToUnixSeconds(absl::Now()) / 60 == minute) break;
+  }
+  EXPECT_EQ(failoverd_planned, kCap - copy_planned)
+      << "failoverd planned the cap less the closed copy's whole share, not less what it planned";
+}
+
 TEST_F(LocalDecisionsTest, ManualFailoverOfEveryTargetStopsTheLoopWithoutTraffic) {
   v1::ApplyRequest config;
   AddTarget(&config, "a");

@@ -12,6 +12,12 @@ RpmLedger::Ask AskFor(int64_t minute, uint32_t cap, uint32_t want, uint32_t held
   return {"a", minute, cap, want, held, used};
 }
 
+RpmLedger::Ask GiveBack(int64_t minute, uint32_t cap, uint32_t used) {
+  RpmLedger::Ask ask = AskFor(minute, cap, 0, 0, used);
+  ask.give_back = true;
+  return ask;
+}
+
 TEST(RpmLedgerTest, TheSharesOfAMinuteNeverPassTheCapWhoeverAsksHowever) {
   // Random asks from five replicas (wanting, holding and using anything up to
   // the cap): the minute's total stays within the cap unless what replicas
@@ -60,6 +66,22 @@ TEST(RpmLedgerTest, ANewLeaderRebuildsItsBooksFromWhatReplicasHoldAndUsed) {
   EXPECT_EQ(fresh.Grant("r2", AskFor(7, 12, 0, /*held=*/0, /*used=*/3)), 3u);
   EXPECT_EQ(fresh.Grant("r3", AskFor(7, 12, 5)), 0u);
   EXPECT_EQ(fresh.Granted("a", 7), 12u);
+}
+
+TEST(RpmLedgerTest, AClosingRequesterGivesBackWhatItDidNotUse) {
+  RpmLedger ledger;
+  EXPECT_EQ(ledger.Grant("closing", AskFor(7, 12, 8)), 8u);
+  EXPECT_EQ(ledger.Grant("other", AskFor(7, 12, 10)), 4u);  // the cap's rest
+  // It planned 3 of its 8: those stay counted, the other 5 go back.
+  EXPECT_EQ(ledger.Grant("closing", GiveBack(7, 12, 3)), 3u);
+  EXPECT_EQ(ledger.Granted("a", 7), 7u);
+  EXPECT_EQ(ledger.Grant("closing", GiveBack(7, 12, 3)), 3u);  // sent again: nothing more
+  EXPECT_EQ(ledger.Grant("other", AskFor(7, 12, 10, 4, 4)), 9u);
+  EXPECT_EQ(ledger.Granted("a", 7), 12u);
+  // One the books never knew (a new leader's) has what it planned counted.
+  RpmLedger fresh;
+  EXPECT_EQ(fresh.Grant("closing", GiveBack(7, 12, 2)), 2u);
+  EXPECT_EQ(fresh.Granted("a", 7), 2u);
 }
 
 TEST(RpmLedgerTest, OldMinutesAreForgottenAndRequestersPerMinuteAreBounded) {

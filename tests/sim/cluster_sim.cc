@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "proto/state_convert.h"
@@ -63,16 +65,22 @@ class History {
  public:
   // One event `replica` published in its `life`-th process; the first break
   // of the history is kept in error().
-  void Published(int replica, uint64_t life, const Event& e) {
+  // `log_index`: the entry of the Change that carried it (what a failure
+  // prints, with the replica's recent publications, to tell how it came).
+  void Published(int replica, uint64_t life, uint64_t log_index, const Event& e) {
     const std::string summary =
         absl::StrCat(static_cast<int>(e.kind), "|", e.target, "|", e.chain, "|", static_cast<int>(e.to_health), "|",
                      e.to_target, "|", static_cast<int>(e.to_chain_state), "|", e.generation, "|", e.object_name);
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, added] = events_.emplace(e.sequence, summary);
     uint64_t& last = last_[{replica, life}];
+    std::deque<std::string>& recent = recent_[{replica, life}];
+    recent.push_back(absl::StrCat(e.sequence, "@", log_index));
+    if (recent.size() > 40) recent.pop_front();
     if (e.sequence <= last && error_.empty()) {
       error_ = absl::StrCat("replica ", replica, " published event ", e.sequence, " (", summary, ") after ", last,
-                            it->second == summary ? ": the same event again" : "");
+                            it->second == summary ? ": the same event again" : "", "; its life ", life,
+                            " published (sequence@log index): ", absl::StrJoin(recent, " "));
     }
     last = e.sequence;
     if (!added && it->second != summary && error_.empty()) {
@@ -88,6 +96,7 @@ class History {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<int, uint64_t>, uint64_t> last_;  // (replica, its life) -> last sequence published
+  std::map<std::pair<int, uint64_t>, std::deque<std::string>> recent_;  // ... -> its last publications
   std::map<uint64_t, std::string> events_;
   std::string error_;
 };
@@ -119,7 +128,7 @@ class SimReplica {
         },
         [this](const Change& c) {
           feed_->Publish(c);
-          for (const Event& e : c.events) history_->Published(id_, life_, e);
+          for (const Event& e : c.events) history_->Published(id_, life_, c.log_index, e);
         },
         [this](const absl::Status& s) { replica_->OnWrites(s); });
     committer_->set_max_batch(64);

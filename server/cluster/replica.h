@@ -155,7 +155,9 @@ class Replica final : public api::LeaderLink {
   bool OverwriteStuckEntry(int64_t term);
   void BecomeLeader(int64_t term);
   void StepDown(const std::string& why);
-  void ResetToLog();  // the log thread, after a step-down with unwritten Changes
+  // The log thread, after a step-down with unwritten Changes. False when the
+  // replica is stopping: it waits for the committer no more and changes nothing.
+  bool ResetToLog();
   // The leader: a snapshot of the published state, then the log before it trimmed.
   void Compact();
   // Starts from the snapshot when the log no longer reaches back to this replica.

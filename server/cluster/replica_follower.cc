@@ -130,7 +130,7 @@ void Replica::NoteApplied() {
 void Replica::RunLog() {
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_.load()) {
-    if (reset_wanted_.exchange(false)) ResetToLog();
+    if (reset_wanted_.exchange(false) && !ResetToLog()) break;
     int64_t revision = 0;
     absl::Status caught_up = CatchUp(&revision);
     if (!caught_up.ok()) {
@@ -248,6 +248,7 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   // With nothing queued, the feed's state is what the engine and the store hold.
   while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
   }
+  if (stopping_.load()) return absl::AbortedError("stopping");  // as ResetToLog: the feed may be behind
   std::set<std::string> targets;
   std::set<std::string> chains;
   const RestoredState now = feed_->State();
@@ -265,17 +266,23 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   return absl::OkStatus();
 }
 
-void Replica::ResetToLog() {
+bool Replica::ResetToLog() {
   // What this replica made and could not write is dropped by the committer
   // (it is not the leader); once nothing is queued, the feed's state is
   // exactly the log's up to the last entry stored here.
   while (!stopping_.load() && !committer_->AwaitIdle(absl::Seconds(1))) {
   }
+  // Stopping with Changes still queued (its data dir refuses them): the feed
+  // is behind what the engine applied, and going back to it would apply
+  // those entries again, queued twice, published twice by the committer's
+  // last try.
+  if (stopping_.load()) return false;
   const RestoredState state = feed_->State();
   const absl::Status reset = engine_->ResetTo(state, clock_->Now());
   if (!reset.ok()) log::Error(absl::StrCat("cannot go back to the replicated state: ", reset.message()));
   cursor_.Reset(state.log_index);
   log::Info("back to the replicated state; following the log", {{"applied_index", state.log_index}});
+  return true;
 }
 
 }  // namespace failover::cluster

@@ -78,6 +78,11 @@ bool MemEtcd::LeaseAlive(int64_t lease) const {
   return leases_.count(lease) > 0;
 }
 
+size_t MemEtcd::OpenWatches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watches_.size();
+}
+
 void MemEtcd::ExpireLocked() {
   const absl::Time now = clock_->Now();
   std::vector<int64_t> ended;

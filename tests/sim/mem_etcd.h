@@ -48,6 +48,8 @@ class MemEtcd {
   void ExpireLeases();
   // Whether `lease` is alive.
   bool LeaseAlive(int64_t lease) const;
+  // Watches started and not yet destroyed, over every client.
+  size_t OpenWatches() const;
 
  private:
   friend class Client;

@@ -304,6 +304,14 @@ class ClusterTest : public ::testing::Test {
     }
     return puts;
   }
+  // Whether a call to etcd is a campaign: a transaction that puts the leader key.
+  bool Campaigns(const std::string& method, const google::protobuf::Message& request) const {
+    if (method != "Txn") return false;
+    for (const auto& op : static_cast<const etcdserverpb::TxnRequest&>(request).success()) {
+      if (op.has_request_put() && op.request_put().key() == prefix_ + "/leader") return true;
+    }
+    return false;
+  }
   // Stops every replica, then starts replica 0 alone, reaching etcd through
   // `proxy` (on the first member), and waits until it leads.
   void LeadAloneThrough(EtcdProxy* proxy, const std::vector<std::string>& extra = {}) {
@@ -849,15 +857,9 @@ TEST_F(ClusterTest, ACampaignWhoseAnswerWasLostIsWonAllTheSame) {
   auto hook = [&](const std::string& method, const google::protobuf::Message& request) {
     std::lock_guard<std::mutex> lock(mu);
     if (method == "LeaseRevoke") ++revokes;
-    if (method != "Txn" || lost) return EtcdProxy::Fault::kNone;
-    const auto& txn = static_cast<const etcdserverpb::TxnRequest&>(request);
-    for (const auto& op : txn.success()) {
-      if (op.has_request_put() && op.request_put().key() == prefix_ + "/leader") {
-        lost = true;
-        return EtcdProxy::Fault::kLoseAnswer;
-      }
-    }
-    return EtcdProxy::Fault::kNone;
+    if (lost || !Campaigns(method, request)) return EtcdProxy::Fault::kNone;
+    lost = true;
+    return EtcdProxy::Fault::kLoseAnswer;
   };
   first.SetHook(hook);
   second.SetHook(hook);
@@ -897,11 +899,7 @@ TEST_F(ClusterTest, AReplicaSeenLeadingTakesChangesAtOnce) {
   // still comes to lead and the test fails on its refused change).
   proxy.SetHook([&](const std::string& method, const google::protobuf::Message& request) {
     std::unique_lock<std::mutex> lock(mu);
-    if (method == "Txn") {
-      for (const auto& op : static_cast<const etcdserverpb::TxnRequest&>(request).success()) {
-        if (op.has_request_put() && op.request_put().key() == prefix_ + "/leader") stood = true;
-      }
-    }
+    if (Campaigns(method, request)) stood = true;
     if (method != "Range" || !stood || released ||
         static_cast<const etcdserverpb::RangeRequest&>(request).key() != prefix_ + "/leader") {
       return EtcdProxy::Fault::kNone;

@@ -4,26 +4,16 @@
 // back to the log's state, gave up waiting on the stop and went back anyway:
 // to the change feed's state, behind the engine, so it applied those entries
 // again, queued them twice, and the committer's last try published them twice.
-#include <functional>
-
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "server/committer/committer.h"
 #include "tests/sim/mem_etcd.h"
 #include "tests/sim/sim_replica.h"
+#include "tests/support/failoverd_process.h"
 
 namespace failover::sim {
 namespace {
-
-bool Within(absl::Duration limit, const std::function<bool()>& done) {
-  const absl::Time give_up = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  return true;
-}
 
 TEST(ReplicaStopTest, AStopWithAppliedChangesStillQueuedPublishesEachOnce) {
   RealClock clock;
@@ -31,7 +21,7 @@ TEST(ReplicaStopTest, AStopWithAppliedChangesStillQueuedPublishesEachOnce) {
   History history;
   SimReplica replica(0, &etcd, &clock, &history);
   replica.Start();
-  ASSERT_TRUE(Within(absl::Seconds(10), [&] { return replica.leader(); }));
+  ASSERT_TRUE(testing::WaitUntil(10, [&] { return replica.leader(); }));
   {
     Committer::Scope settled(replica.committer());
     ASSERT_TRUE(replica.engine().Apply(Config(), ApplyOptions(), clock.Now()).ok());
@@ -43,7 +33,7 @@ TEST(ReplicaStopTest, AStopWithAppliedChangesStillQueuedPublishesEachOnce) {
   // its log thread waits for the committer before going back to the log.
   replica.SetDiskRefusing(true);
   ASSERT_TRUE(replica.engine().SetTargetEnabled("t1", false, clock.Now(), "test").ok());
-  ASSERT_TRUE(Within(absl::Seconds(10), [&] { return !replica.leader() && etcd.OpenWatches() == 0; }))
+  ASSERT_TRUE(testing::WaitUntil(10, [&] { return !replica.leader() && etcd.OpenWatches() == 0; }))
       << "the leader did not step down, or its log thread did not leave its watch";
   // Stopped while it waits; the data dir takes writes again for the
   // committer's last try.

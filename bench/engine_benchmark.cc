@@ -53,11 +53,11 @@ struct World {
       chain.name = absl::StrCat("chain-", c);
       if (rates) {
         // Every outcome is tallied; none trips (the successes are fast).
-        chain.policy.trip_errors = 0;
-        chain.policy.trip_failure_rate = 50;
-        chain.policy.trip_min_calls = 100;
-        chain.policy.trip_slow_call_duration = absl::Seconds(2);
-        chain.policy.trip_slow_call_rate = 50;
+        chain.policy.Mutable().trip_errors = 0;
+        chain.policy.Mutable().trip_failure_rate = 50;
+        chain.policy.Mutable().trip_min_calls = 100;
+        chain.policy.Mutable().trip_slow_call_duration = absl::Seconds(2);
+        chain.policy.Mutable().trip_slow_call_rate = 50;
       }
       for (int k = 0; k < kTargetsPerChain; ++k) {
         chain.targets.push_back(config.targets[(c * 2 + k * 2503) % kTargets].name);
@@ -248,8 +248,8 @@ void BM_ShadowSecond(benchmark::State& state) {
   for (int i = 0; i < shadows; ++i) {
     ShadowPolicy shadow;
     shadow.name = absl::StrCat("rate", i);
-    shadow.policy.trip_errors = 0;
-    shadow.policy.trip_failure_rate = 10 + i * 5;
+    shadow.policy.Mutable().trip_errors = 0;
+    shadow.policy.Mutable().trip_failure_rate = 10 + i * 5;
     chain.shadows.push_back(shadow);
   }
   config.chains = {chain};

@@ -248,7 +248,7 @@ std::vector<SettingDifference> ChainConfig::Differences(const ChainConfig& o) co
   d.Compare("targets", targets, o.targets);
   d.Compare("strategy", strategy, o.strategy);
   DifferenceList p("policy.");
-  p.Add(policy.Differences(o.policy));
+  p.Add(policy->Differences(*o.policy));
   d.Add(p.Take());
   d.Compare("failover_enabled", failover_enabled, o.failover_enabled);
   auto names = [](const std::vector<ShadowPolicy>& list) {
@@ -261,7 +261,7 @@ std::vector<SettingDifference> ChainConfig::Differences(const ChainConfig& o) co
     for (const ShadowPolicy& theirs : o.shadows) {
       if (mine.name != theirs.name) continue;
       DifferenceList s(absl::StrCat("shadow.", mine.name, ".policy."));
-      s.Add(mine.policy.Differences(theirs.policy));
+      s.Add(mine.policy->Differences(*theirs.policy));
       d.Add(s.Take());
     }
   }

@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "common/heap_optional.h"
+#include "common/shared_value.h"
 
 namespace failover {
 
@@ -183,7 +184,7 @@ struct TargetConfig {
 // what it would have done is reported, and nothing it decides is applied.
 struct ShadowPolicy {
   std::string name;  // unique within the chain; the rules of target names
-  Policy policy;
+  Shared<Policy> policy;
   bool operator==(const ShadowPolicy& o) const { return name == o.name && policy == o.policy; }
 };
 
@@ -194,7 +195,7 @@ struct ChainConfig {
   std::string name;
   std::vector<std::string> targets;
   Strategy strategy = Strategy::kFailover;
-  Policy policy;
+  Shared<Policy> policy;  // shared by equal copies: most chains hold the same one
   bool failover_enabled = true;
   std::vector<ShadowPolicy> shadows;  // at most kMaxShadowPolicies
   std::string managed_by;

@@ -61,7 +61,7 @@ World::World()
   ChainConfig ch2;
   ch2.name = "ch2";
   ch2.targets = {"b", "c"};
-  ch2.policy.trip_errors = 1;
+  ch2.policy.Mutable().trip_errors = 1;
   // Rate trips (target a's own) and least_latency, so that reports with
   // latencies reach them.
   ch2.strategy = Strategy::kLeastLatency;

@@ -151,9 +151,14 @@ bool DecodeChain(const ChainRecord& in, ChainConfig* out) {
   for (const ShadowPolicyRecord& r : in.shadows()) {
     ShadowPolicy& s = out->shadows.emplace_back();
     s.name = r.name();
-    if (!DecodePolicy(r.policy(), &s.policy)) return false;
+    Policy policy;
+    if (!DecodePolicy(r.policy(), &policy)) return false;
+    s.policy = std::move(policy);
   }
-  return DecodePolicy(in.policy(), &out->policy);
+  Policy policy;
+  if (!DecodePolicy(in.policy(), &policy)) return false;
+  out->policy = std::move(policy);  // a default policy is the shared default
+  return true;
 }
 
 void EncodeEvent(const Event& in, EventRecord* out) {

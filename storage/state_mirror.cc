@@ -24,8 +24,8 @@ std::string Encode(const Model& in, void (*encode)(const Model&, Record*)) {
 // onto `out`. A record this mirror encoded itself always decodes; one that
 // does not is a bug in records.cc, and a state missing it would be served as
 // exact: stop.
-template <typename Entry, typename Record, typename Model>
-void DecodeAll(const std::map<std::string, Entry>& from, std::optional<std::string> Entry::*part,
+template <typename Entries, typename Entry, typename Record, typename Model>
+void DecodeAll(const Entries& from, std::optional<std::string> Entry::*part,
                bool (*decode)(const Record&, Model*), const char* what, std::vector<Model>* out) {
   out->reserve(from.size());
   for (const auto& [name, entry] : from) {

@@ -177,7 +177,7 @@ absl::StatusOr<ReplayInput> ReplayInputOf(const ServiceContext& ctx, const failo
   input.to = req.has_to() ? TimeFromProto(req.to()) : ctx.clock->Now();
   input.from = req.has_from() ? TimeFromProto(req.from()) : input.to - absl::Hours(1);
   RETURN_IF_ERROR(CheckReplayWindow(input.from, input.to));
-  input.flap_window = chain.config.policy.recovery_min_dwell;
+  input.flap_window = chain.config.policy->recovery_min_dwell;
   if (req.has_flap_window()) {
     ASSIGN_OR_RETURN(input.flap_window, DurationFromProto(req.flap_window(), "flap_window"));
     if (input.flap_window < absl::ZeroDuration()) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/numeric/bits.h"
 #include "absl/strings/escaping.h"
@@ -58,6 +59,20 @@ EngineOptions WithDefaults(EngineOptions o) {
   }
   return o;
 }
+
+// Policies by value, to keep one of each. The hash takes the settings that
+// tell policies apart most often; equality takes them all.
+struct PolicyHash {
+  size_t operator()(const std::shared_ptr<const Policy>& p) const {
+    return absl::HashOf(p->trip_errors, p->trip_window, p->trip_failure_rate, p->recovery_probes,
+                        p->recovery_min_dwell, p->probe_interval, p->max_attempts, p->retry_on_statuses.size());
+  }
+};
+struct PolicyEq {
+  bool operator()(const std::shared_ptr<const Policy>& a, const std::shared_ptr<const Policy>& b) const {
+    return a == b || *a == *b;
+  }
+};
 }  // namespace
 
 Engine::Engine(EngineOptions options)
@@ -155,19 +170,23 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
   // Most chains classify alike (usually by the defaults): compile each distinct
   // rule set once. A compiled rule set is several KiB.
   absl::flat_hash_map<std::string, std::shared_ptr<const FailoverRules>> compiled;
+  // Chains restored or applied one by one each bring their own copy of a
+  // policy that others hold alike (360 bytes a chain): keep one of each.
+  absl::flat_hash_set<std::shared_ptr<const Policy>, PolicyHash, PolicyEq> policies;
   for (ChainConfig& c : chains) {
     ChainEntry e;
     e.config = std::move(c);
+    e.config.policy = Shared<Policy>(*policies.insert(e.config.policy.shared()).first);
     const Policy& p = e.config.policy;
     std::shared_ptr<const FailoverRules>& rules = compiled[FailoverRules::InputsOf(p)];
     if (rules == nullptr) {
       rules = std::make_shared<const FailoverRules>(FailoverRules::Compile(p, "policy").value());  // validated before
     }
     e.rules = rules;
-    e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy.max_attempts,
-                     e.config.policy.max_replay_bytes, e.config.policy.recovery_min_dwell,
-                     e.config.policy.latency_explore, e.config.policy.retry_budget_ratio,
-                     e.config.policy.retry_budget_min_per_second, e.config.policy.hedge_after};
+    e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy->max_attempts,
+                     e.config.policy->max_replay_bytes, e.config.policy->recovery_min_dwell,
+                     e.config.policy->latency_explore, e.config.policy->retry_budget_ratio,
+                     e.config.policy->retry_budget_min_per_second, e.config.policy->hedge_after};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
     for (const std::string& name : e.config.targets) {
       const uint32_t ti = snap->target_index.at(name);

@@ -34,7 +34,7 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
       setup.targets = targets;
       setup.from = now;
       // A flap is measured as simulate measures it: against the live dwell.
-      setup.flap_window = chain.config.policy.recovery_min_dwell;
+      setup.flap_window = chain.config.policy->recovery_min_dwell;
       setup = WithPolicy(std::move(setup), shadow.policy);
       auto it = runs_.find(key);
       // Unchanged by this generation (another chain, the live policy alone): the run goes on.

@@ -47,7 +47,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   static const FailoverRules* const kDefaultRules = new FailoverRules();
   static const Policy* const kDefaultPolicy = new Policy();
   const FailoverRules& rules = chain ? *chain->rules : *kDefaultRules;
-  const Policy& policy = chain ? chain->config.policy : *kDefaultPolicy;
+  const Policy& policy = chain ? *chain->config.policy : *kDefaultPolicy;
 
   const Classification c = rules.Classify(req.facts);
   out->reason = c.reason;

@@ -267,23 +267,23 @@ ConfigChange InitialConfig(Rng& rng) {
   ChainConfig counted;
   counted.name = "counted";
   counted.targets = {"t0", "t1", "t3"};
-  counted.policy.trip_errors = 1 + static_cast<uint32_t>(rng.Below(3));
-  counted.policy.recovery_probes = 2;
-  counted.policy.recovery_min_dwell = absl::Seconds(20);
-  counted.policy.probe_interval = absl::Seconds(5);
-  counted.policy.backoff_factor = 2;
-  counted.policy.rate_limit_max_hold = absl::Seconds(30);
+  counted.policy.Mutable().trip_errors = 1 + static_cast<uint32_t>(rng.Below(3));
+  counted.policy.Mutable().recovery_probes = 2;
+  counted.policy.Mutable().recovery_min_dwell = absl::Seconds(20);
+  counted.policy.Mutable().probe_interval = absl::Seconds(5);
+  counted.policy.Mutable().backoff_factor = 2;
+  counted.policy.Mutable().rate_limit_max_hold = absl::Seconds(30);
   ChainConfig rated;
   rated.name = "rated";
   rated.targets = {"t4", "t5", "t2"};
-  rated.policy.trip_errors = 0;  // rates only, as examples/config/traffic-policies.yaml
-  rated.policy.trip_failure_rate = 50;
-  rated.policy.trip_min_calls = 4;
-  rated.policy.trip_slow_call_duration = absl::Seconds(2);
-  rated.policy.trip_slow_call_rate = 50;
-  rated.policy.recovery_probes = 1 + static_cast<uint32_t>(rng.Below(2));
-  rated.policy.recovery_min_dwell = absl::Seconds(10);
-  rated.policy.probe_interval = absl::Seconds(5);
+  rated.policy.Mutable().trip_errors = 0;  // rates only, as examples/config/traffic-policies.yaml
+  rated.policy.Mutable().trip_failure_rate = 50;
+  rated.policy.Mutable().trip_min_calls = 4;
+  rated.policy.Mutable().trip_slow_call_duration = absl::Seconds(2);
+  rated.policy.Mutable().trip_slow_call_rate = 50;
+  rated.policy.Mutable().recovery_probes = 1 + static_cast<uint32_t>(rng.Below(2));
+  rated.policy.Mutable().recovery_min_dwell = absl::Seconds(10);
+  rated.policy.Mutable().probe_interval = absl::Seconds(5);
   c.chains = {counted, rated};
   return c;
 }
@@ -551,9 +551,9 @@ class Simulation {
   void Reload() {
     ChainConfig& c = config_.chains[rng_.Below(config_.chains.size())];
     if (c.name == "counted") {
-      c.policy.trip_errors = 1 + static_cast<uint32_t>(rng_.Below(3));
+      c.policy.Mutable().trip_errors = 1 + static_cast<uint32_t>(rng_.Below(3));
     } else {
-      c.policy.trip_failure_rate = rng_.Chance(0.5) ? 50 : 30;
+      c.policy.Mutable().trip_failure_rate = rng_.Chance(0.5) ? 50 : 30;
     }
     Log(absl::StrCat("reload ", c.name));
     // The chains only: an API apply leaves targets it does not name alone.

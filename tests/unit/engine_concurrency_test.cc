@@ -27,8 +27,8 @@ TEST(EngineConcurrencyTest, PicksReportsAndAdminActionsInterleaveSafely) {
     ChainConfig chain;
     chain.name = absl::StrCat("c", c);
     chain.strategy = c % 2 == 0 ? Strategy::kFailover : Strategy::kRoundRobin;
-    chain.policy.recovery_probes = 1;
-    chain.policy.recovery_min_dwell = absl::Milliseconds(5);
+    chain.policy.Mutable().recovery_probes = 1;
+    chain.policy.Mutable().recovery_min_dwell = absl::Milliseconds(5);
     for (int i = 0; i < 3; ++i) chain.targets.push_back(absl::StrCat("t", (c + i) % 6));
     config.chains.push_back(chain);
   }
@@ -165,10 +165,10 @@ TEST(EngineConcurrencyTest, FoldingEveryEventInSequenceOrderEndsOnTheEngineState
   for (int c = 0; c < 2; ++c) {
     ChainConfig chain;
     chain.name = absl::StrCat("c", c);
-    chain.policy.recovery_probes = 1;
-    chain.policy.recovery_min_dwell = absl::Milliseconds(3);
-    chain.policy.probe_interval = absl::Milliseconds(2);
-    chain.policy.backoff_reset_after = absl::Milliseconds(50);
+    chain.policy.Mutable().recovery_probes = 1;
+    chain.policy.Mutable().recovery_min_dwell = absl::Milliseconds(3);
+    chain.policy.Mutable().probe_interval = absl::Milliseconds(2);
+    chain.policy.Mutable().backoff_reset_after = absl::Milliseconds(50);
     for (int i = 0; i < 3; ++i) chain.targets.push_back(absl::StrCat("t", (c + i) % 3));
     config.chains.push_back(chain);
   }

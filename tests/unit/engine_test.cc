@@ -164,6 +164,33 @@ TEST_F(EngineTest, NewChainStartsPrimaryWithAnInitialEvent) {
   EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
 }
 
+// Chains restored or applied one by one bring equal policies as copies of
+// their own; the snapshot keeps one of each (memory per chain,
+// bench/README.md). An edit of one chain's policy must leave the chains that
+// shared it as they were.
+TEST_F(EngineTest, ChainsWithEqualPoliciesShareOneAndAnEditChangesOnlyItsOwnChain) {
+  Policy three;
+  three.trip_errors = 3;
+  ApplyOk({Target("a"), Target("b"), Target("c"), Target("d"), Target("e"), Target("f")},
+          {Chain("c1", {"a", "b"}, three), Chain("c2", {"c", "d"}, three), Chain("c3", {"e", "f"})});
+  auto snap = engine_.snapshot();
+  EXPECT_EQ(snap->FindChain("c1")->config.policy.shared(), snap->FindChain("c2")->config.policy.shared());
+  EXPECT_EQ(snap->FindChain("c3")->config.policy.shared(), Shared<Policy>().shared());
+
+  ChainConfig edited = snap->FindChain("c1")->config;
+  edited.policy.Mutable().trip_errors = 1;
+  ApplyOk({}, {edited});
+  snap = engine_.snapshot();
+  EXPECT_EQ(snap->FindChain("c1")->config.policy->trip_errors, 1u);
+  EXPECT_EQ(snap->FindChain("c2")->config.policy->trip_errors, 3u);
+  EXPECT_EQ(edited.policy->trip_errors, 1u);
+  // And as callers see it: one failure still leaves c2's first target up.
+  FailTarget("c2", "c");
+  EXPECT_EQ(Pick("c2").active_target, "c");
+  FailTarget("c1", "a");
+  EXPECT_EQ(Pick("c1").active_target, "b");
+}
+
 TEST_F(EngineTest, FailureMovesDownAtOnceAndEmitsTrip) {
   TwoTargetChain();
   Plan plan = Pick("assistant-llm");
@@ -456,7 +483,7 @@ TEST_F(EngineTest, FailoverDisabledGivesOneAttempt) {
   ApplyOk({Target("a"), Target("b")}, {});
   ChainConfig c = Chain("ch", {"a", "b"});
   c.failover_enabled = false;
-  c.policy.trip_errors = 5;  // a stays usable, so its same-target retries apply
+  c.policy.Mutable().trip_errors = 5;  // a stays usable, so its same-target retries apply
   ApplyOk({}, {c});
   Plan plan = Pick("ch");
   ASSERT_EQ(plan.attempts.size(), 1u);
@@ -661,8 +688,8 @@ class LeastLatencyTest : public EngineTest {
   void SetUp() override {
     ChainConfig ch = Chain("fast", {"a", "b", "c"});
     ch.strategy = Strategy::kLeastLatency;
-    ch.policy.latency_explore = 10;
-    ch.policy.trip_errors = 1;
+    ch.policy.Mutable().latency_explore = 10;
+    ch.policy.Mutable().trip_errors = 1;
     ApplyOk({Target("a"), Target("b"), Target("c")}, {ch});
   }
   void Succeed(const std::string& target, absl::Duration latency) {
@@ -713,7 +740,7 @@ TEST_F(LeastLatencyTest, TheFastestGoesFirstTheRestInDeclaredOrderAndExploration
 TEST_F(LeastLatencyTest, ExploreZeroNeverExploresAndTheAverageFollowsNewLatencies) {
   ChainConfig ch = Chain("fast", {"a", "b", "c"});
   ch.strategy = Strategy::kLeastLatency;
-  ch.policy.latency_explore = 0;
+  ch.policy.Mutable().latency_explore = 0;
   ApplyOk({Target("a"), Target("b"), Target("c")}, {ch});
   Measure();
   EXPECT_EQ(Firsts(50).at("b"), 50);
@@ -749,9 +776,9 @@ TEST_F(EngineTest, AnUpdateSaysWhichSettingsChangedFromWhatToWhat) {
   a.weight = 3;
   a.labels["region"] = "eu";
   ChainConfig ch = Chain("ch", {"a", "b"});
-  ch.policy.trip_errors = 3;
-  ch.policy.max_attempts = 1;
-  ch.policy.hedge_after = absl::Seconds(2);
+  ch.policy.Mutable().trip_errors = 3;
+  ch.policy.Mutable().max_attempts = 1;
+  ch.policy.Mutable().hedge_after = absl::Seconds(2);
   auto r = engine_.Apply(ConfigChange{{a, Target("b")}, {ch}}, ApplyOptions{}, now_);
   ASSERT_TRUE(r.ok()) << r.status();
   std::map<std::string, std::vector<std::string>> details;

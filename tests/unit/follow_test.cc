@@ -31,7 +31,7 @@ ChainConfig Chain(const std::string& name, std::vector<std::string> targets, uin
   ChainConfig c;
   c.name = name;
   c.targets = std::move(targets);
-  c.policy.trip_errors = trip_errors;
+  c.policy.Mutable().trip_errors = trip_errors;
   return c;
 }
 

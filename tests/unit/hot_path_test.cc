@@ -68,11 +68,11 @@ class HotPathTest : public ::testing::Test {
     ChainConfig tripping;
     tripping.name = "tripping";
     tripping.targets = {"a", "b"};
-    tripping.policy.trip_errors = 1;
+    tripping.policy.Mutable().trip_errors = 1;
     ChainConfig other;
     other.name = "other";
     other.targets = {"c", "d"};
-    other.policy.trip_errors = 3;
+    other.policy.Mutable().trip_errors = 3;
     change.chains = {tripping, other};
     EXPECT_TRUE(engine_.Apply(change, ApplyOptions(), clock_.Now()).ok());
   }

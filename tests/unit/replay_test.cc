@@ -271,7 +271,7 @@ TEST(ReplayTest, AnEntryStampedBeforeTheRunsClockIsTakenAtTheClock) {
   ReplayInput setup;
   setup.chain.name = "chat";
   setup.chain.targets = {"a", "b"};
-  setup.chain.policy.trip_errors = 1;
+  setup.chain.policy.Mutable().trip_errors = 1;
   setup.targets.resize(2);
   setup.targets[0].name = "a";
   setup.targets[1].name = "b";

@@ -23,14 +23,14 @@ ChainConfig Chat(int live_trip_errors) {
   ChainConfig chain;
   chain.name = "chat";
   chain.targets = {"a", "b"};
-  chain.policy.trip_errors = live_trip_errors;
+  chain.policy.Mutable().trip_errors = live_trip_errors;
   return chain;
 }
 
 ShadowPolicy Eager() {
   ShadowPolicy eager;
   eager.name = "eager";
-  eager.policy.trip_errors = 1;
+  eager.policy.Mutable().trip_errors = 1;
   return eager;
 }
 
@@ -137,7 +137,7 @@ TEST_F(ShadowPoliciesTest, ARunGoesOnThroughOtherChangesAndStartsAfreshWhenItsPo
   EXPECT_EQ(shadows_.Status()[0].since, kStart);
   EXPECT_EQ(shadows_.Status()[0].trips, 1u);
   // Its own policy changes: a fresh run, every target unknown again.
-  chain.shadows[0].policy.trip_errors = 2;
+  chain.shadows[0].policy.Mutable().trip_errors = 2;
   Apply(chain, kStart + absl::Seconds(3));
   EXPECT_EQ(shadows_.Status()[0].since, kStart + absl::Seconds(3));
   EXPECT_EQ(shadows_.Status()[0].trips, 0u);
@@ -158,7 +158,7 @@ TEST(ShadowPolicyConfigTest, ABadShadowListIsRefusedByItsPath) {
   };
   ShadowPolicy rate = Eager();
   rate.name = "rate";
-  rate.policy.trip_failure_rate = 150;
+  rate.policy.Mutable().trip_failure_rate = 150;
   EXPECT_THAT(refused({Eager(), rate}), ::testing::StartsWith("chains[0].shadow[1].policy.trip.failure_rate: "));
   EXPECT_THAT(refused({Eager(), Eager()}), ::testing::StartsWith("chains[0].shadow[1].name: \"eager\" is used twice"));
   ShadowPolicy unnamed = Eager();

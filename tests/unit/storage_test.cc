@@ -80,17 +80,17 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
     c.name = "ch";
     c.targets = {"ollama/qwen3:8b", "b"};
     c.strategy = Strategy::kRoundRobin;
-    c.policy.recovery_min_dwell = absl::Seconds(5);
-    c.policy.retry_on_statuses = {"5xx"};
-    c.policy.same_target_retries[Reason::kNetwork] = 0;
-    c.policy.trip_errors = 0;
-    c.policy.trip_failure_rate = 12.5;
-    c.policy.trip_min_calls = 40;
-    c.policy.trip_slow_call_duration = absl::Milliseconds(1500);
-    c.policy.trip_slow_call_rate = 30;
-    c.policy.latency_explore = 0;  // unset reads as 5: a stored 0 must stay 0
-    c.policy.retry_budget_ratio = 0.25;
-    c.policy.retry_budget_min_per_second = 0;
+    c.policy.Mutable().recovery_min_dwell = absl::Seconds(5);
+    c.policy.Mutable().retry_on_statuses = {"5xx"};
+    c.policy.Mutable().same_target_retries[Reason::kNetwork] = 0;
+    c.policy.Mutable().trip_errors = 0;
+    c.policy.Mutable().trip_failure_rate = 12.5;
+    c.policy.Mutable().trip_min_calls = 40;
+    c.policy.Mutable().trip_slow_call_duration = absl::Milliseconds(1500);
+    c.policy.Mutable().trip_slow_call_rate = 30;
+    c.policy.Mutable().latency_explore = 0;  // unset reads as 5: a stored 0 must stay 0
+    c.policy.Mutable().retry_budget_ratio = 0.25;
+    c.policy.Mutable().retry_budget_min_per_second = 0;
     config.put_chains = {c};
     // Two Changes in one write, as the committer groups them.
     Change admin;
@@ -138,17 +138,17 @@ TEST(StoreTest, EveryColumnFamilyRoundTripsAcrossAReopen) {
   EXPECT_FALSE(state->targets[1].health.has_value());
   ASSERT_EQ(state->chains.size(), 1u);
   EXPECT_EQ(state->chains[0].strategy, Strategy::kRoundRobin);
-  EXPECT_EQ(state->chains[0].policy.recovery_min_dwell, absl::Seconds(5));
-  EXPECT_EQ(state->chains[0].policy.retry_on_statuses, std::vector<std::string>{"5xx"});
-  EXPECT_EQ(state->chains[0].policy.same_target_retries.at(Reason::kNetwork), 0u);
-  EXPECT_EQ(state->chains[0].policy.trip_errors, 0u);
-  EXPECT_EQ(state->chains[0].policy.trip_failure_rate, 12.5);
-  EXPECT_EQ(state->chains[0].policy.trip_min_calls, 40u);
-  EXPECT_EQ(state->chains[0].policy.trip_slow_call_duration, absl::Milliseconds(1500));
-  EXPECT_EQ(state->chains[0].policy.trip_slow_call_rate, 30);
-  EXPECT_EQ(state->chains[0].policy.latency_explore, 0);
-  EXPECT_EQ(state->chains[0].policy.retry_budget_ratio, 0.25);
-  EXPECT_EQ(state->chains[0].policy.retry_budget_min_per_second, 0);
+  EXPECT_EQ(state->chains[0].policy->recovery_min_dwell, absl::Seconds(5));
+  EXPECT_EQ(state->chains[0].policy->retry_on_statuses, std::vector<std::string>{"5xx"});
+  EXPECT_EQ(state->chains[0].policy->same_target_retries.at(Reason::kNetwork), 0u);
+  EXPECT_EQ(state->chains[0].policy->trip_errors, 0u);
+  EXPECT_EQ(state->chains[0].policy->trip_failure_rate, 12.5);
+  EXPECT_EQ(state->chains[0].policy->trip_min_calls, 40u);
+  EXPECT_EQ(state->chains[0].policy->trip_slow_call_duration, absl::Milliseconds(1500));
+  EXPECT_EQ(state->chains[0].policy->trip_slow_call_rate, 30);
+  EXPECT_EQ(state->chains[0].policy->latency_explore, 0);
+  EXPECT_EQ(state->chains[0].policy->retry_budget_ratio, 0.25);
+  EXPECT_EQ(state->chains[0].policy->retry_budget_min_per_second, 0);
   EXPECT_EQ(state->pins.at("ch"), "b");
   EXPECT_EQ(state->manual.at("b").reason, "maintenance");
   EXPECT_EQ(state->manual.at("b").since, kT0);
@@ -226,7 +226,7 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   ChainConfig c;
   c.name = "ch";
   c.targets = {"a", "b"};
-  c.policy.trip_failure_rate = 20;
+  c.policy.Mutable().trip_failure_rate = 20;
   config.put_targets = {a, b};
   config.put_chains = {c};
   ASSERT_NO_FATAL_FAILURE(write(config));
@@ -262,7 +262,7 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   Change edit;
   edit.config_generation = 3;
   a.labels["tier"] = "gold";
-  c.policy.trip_failure_rate = 30;
+  c.policy.Mutable().trip_failure_rate = 30;
   edit.put_targets = {a};
   edit.put_chains = {c};
   ASSERT_NO_FATAL_FAILURE(write(edit));

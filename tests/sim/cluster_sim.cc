@@ -1,7 +1,9 @@
 // Cluster faults searched from seeds (DESIGN 3.14, #30): real replicas (the
 // replica, its engine, committer and change feed, wired as server/daemon.cc
 // wires them) over the in-memory etcd, each with a data dir in memory. A seed
-// draws a schedule of admin changes on the leader and faults: a replica cut
+// draws a schedule of admin changes on the leader, reports relayed to the
+// leader by their ids (answers lost, so they are sent again, to whichever
+// replica leads by then; some sent twice at once), and faults: a replica cut
 // off from etcd, answers lost, garbage written at the next log entry, a leader
 // key written over on no lease or by an impostor on a lease of its own, etcd
 // compacted, a data dir that refuses writes, a replica
@@ -10,6 +12,7 @@
 //     every replica names the same event with the same sequence;
 //   4 no replica leads on a key that is not its own: while an impostor holds
 //     the leader key (on a lease of its own), every replica comes to follow;
+//     and no report is counted twice: no two Changes name the same report;
 //   7 the cluster agrees: once healed and quiet there is one leader, every
 //     replica has applied the whole log, and every replica's state is the
 //     leader's, field for field; and the cluster still takes a change.
@@ -22,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +64,7 @@ class ClusterSim {
     if (!AwaitLeader()) return "no leader elected at the start";
     for (step_ = 0; step_ < steps_; ++step_) {
       Step();
+      Relay();
       Settle(absl::Milliseconds(150));
       if (std::string e = history_.error(); !e.empty()) return At(e);
       if (!impostor_error_.empty()) return At(impostor_error_);
@@ -217,6 +222,36 @@ class ClusterSim {
     }
   }
 
+  // Traffic, beside every step: a follower judged an outcome and relays it,
+  // and relayed reports go to the leader of the moment: answered, or their
+  // answer lost (so they stay, to be sent again), or sent twice at once.
+  // Failures trip targets and successes bring them back, so a report counted
+  // again shows as a second Change that names it.
+  void Relay() {
+    if (rng_.Chance(0.7) || relays_.empty()) {
+      RelayedReport r;
+      r.target = rng_.Pick(kTargets);
+      r.chain = r.target == "t0" ? "c0" : "c1";
+      r.failed = rng_.Chance(0.4);
+      r.id = CountedReport{"follower", ++relayed_};
+      relays_.push_back(r);
+      if (relays_.size() > 32) relays_.pop_front();  // the relay's bound: the oldest is given up
+    }
+    SimReplica* leader = Leader();
+    for (int n = 1 + static_cast<int>(rng_.Below(3)); leader != nullptr && n > 0 && !relays_.empty(); --n) {
+      const size_t pick = rng_.Below(relays_.size());
+      const RelayedReport r = relays_[pick];
+      const int sends = rng_.Chance(0.2) ? 2 : 1;
+      bool answered = false;
+      for (int i = 0; i < sends; ++i) answered = leader->Count(r).ok() || answered;
+      const bool lost = rng_.Chance(0.3);
+      Say(absl::StrCat("report ", r.id.sequence, " (", r.failed ? "failure" : "success", " on ", r.target,
+                       ") to replica ", leader->id(), sends == 2 ? " twice" : "", answered ? "" : ", refused",
+                       answered && lost ? ", its answer lost" : ""));
+      if (answered && !lost) relays_.erase(relays_.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+  }
+
   // While an impostor's key (on a live lease) is the leader key, no replica
   // may go on leading: its writes are fenced on its own lease, and it must
   // notice and step down, not stay in office beside the impostor. "" once
@@ -327,6 +362,8 @@ class ClusterSim {
   std::map<size_t, bool> cut_;
   std::map<size_t, bool> refusing_;
   std::string impostor_error_;  // a replica that led beside an impostor
+  std::deque<RelayedReport> relays_;  // relayed and not answered yet
+  uint64_t relayed_ = 0;
   int step_ = 0;
 };
 

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "proto/state_convert.h"
 #include "server/api/change_feed.h"
+#include "server/api/report_ids.h"
 #include "server/cluster/replica.h"
 #include "server/committer/committer.h"
 #include "server/engine/engine.h"
@@ -31,11 +32,21 @@ inline constexpr char kPrefix[] = "/sim";
 inline const std::vector<std::string> kTargets = {"t0", "t1", "t2", "t3"};
 inline const std::vector<std::string> kChains = {"c0", "c1"};
 
-// A replica's data dir: what its committer wrote, as storage would read it back.
+// A replica's data dir: what its committer wrote, as storage would read it
+// back, and the reports its Changes were counted from (Store::CountedReports).
 struct Disk {
   std::mutex mu;
   StateMirror written;
+  std::vector<CountedReport> counted;
   bool refusing = false;
+};
+
+// A report a follower judged and relays to the leader, by its id.
+struct RelayedReport {
+  std::string chain;
+  std::string target;
+  bool failed = true;
+  CountedReport id;
 };
 
 // What every replica published, to hold them to one history.
@@ -67,6 +78,18 @@ class History {
                             replica, ", ", summary);
     }
   }
+  // The reports a published Change was counted from: a report named by two
+  // Changes was counted twice (DESIGN 3.14, invariant 4).
+  void Counted(int replica, const Change& c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const CountedReport& id : c.counted_reports) {
+      auto [it, added] = counted_.emplace(std::make_pair(id.sender, id.sequence), c.log_index);
+      if (!added && it->second != c.log_index && error_.empty()) {
+        error_ = absl::StrCat("report ", id.sender, "/", id.sequence, " counted twice: log entries ", it->second,
+                              " and ", c.log_index, " (published by replica ", replica, ")");
+      }
+    }
+  }
   std::string error() const {
     std::lock_guard<std::mutex> lock(mu_);
     return error_;
@@ -84,6 +107,7 @@ class History {
   std::map<std::pair<int, uint64_t>, std::deque<std::string>> recent_;  // ... -> its last publications
   std::map<std::pair<int, uint64_t>, size_t> counts_;  // ... -> how many it published
   std::map<uint64_t, std::string> events_;
+  std::map<std::pair<std::string, uint64_t>, uint64_t> counted_;  // report id -> the log entry counting it
   std::string error_;
 };
 
@@ -97,9 +121,12 @@ class SimReplica {
   void Start() {
     ++life_;
     RestoredState state;
+    // As failoverd restarts: the stored Changes' reports count nothing again.
+    report_ids_ = std::make_unique<api::ReportIdWindow>();
     {
       std::lock_guard<std::mutex> lock(disk_.mu);
       state = disk_.written.State();
+      report_ids_->Note(disk_.counted);
     }
     engine_ = std::make_unique<Engine>();
     feed_ = std::make_unique<api::ChangeFeed>(state);
@@ -108,13 +135,17 @@ class SimReplica {
           return replica_->Write(changes, [this](const std::vector<const Change*>& written) {
             std::lock_guard<std::mutex> lock(disk_.mu);
             if (disk_.refusing) return absl::UnavailableError("cannot write to the data dir: No space left on device");
-            for (const Change* c : written) disk_.written.Apply(*c);
+            for (const Change* c : written) {
+              disk_.written.Apply(*c);
+              disk_.counted.insert(disk_.counted.end(), c->counted_reports.begin(), c->counted_reports.end());
+            }
             return absl::OkStatus();
           });
         },
         [this](const Change& c) {
           feed_->Publish(c);
           for (const Event& e : c.events) history_->Published(id_, life_, c.log_index, e);
+          history_->Counted(id_, c);
         },
         [this](const absl::Status& s) { replica_->OnWrites(s); });
     committer_->set_max_batch(64);
@@ -130,6 +161,8 @@ class SimReplica {
     options.log_keep = 16;  // snapshots and a trimmed log within a seed
     replica_ = std::make_unique<cluster::Replica>(std::move(options), std::move(client), engine_.get(), clock_);
     engine_->SetAcceptingChanges(false, "this replica is not the cluster's leader yet");
+    replica_->SetCountedReportsHook(
+        [ids = report_ids_.get()](const std::vector<CountedReport>& counted) { ids->Note(counted); });
     {
       Committer::Scope settled(committer_.get());
       (void)engine_->Restore(state, clock_->Now());
@@ -150,7 +183,26 @@ class SimReplica {
     committer_.reset();
     feed_.reset();
     engine_.reset();
+    report_ids_.reset();
     client_ = nullptr;
+  }
+
+  // A relayed report arriving here, as DecisionService counts one at the
+  // leader: an id seen before (here, in the data dir or in the log) decides
+  // but counts nothing. OK once what it changed is acknowledged.
+  absl::Status Count(const RelayedReport& relayed) {
+    ReportRequest report;
+    report.chain = relayed.chain;
+    report.target = relayed.target;
+    report.facts.success = !relayed.failed;
+    if (relayed.failed) report.facts.http_status = 503;
+    report.id = relayed.id;
+    report.count = report_ids_->FirstTime(relayed.id.sender, relayed.id.sequence);
+    Committer::Scope settled(committer_.get());
+    ReportResult result;
+    Events events;
+    if (absl::Status s = engine_->Report(report, clock_->Now(), &result, &events); !s.ok()) return s;
+    return settled.Await();
   }
 
   bool running() const { return replica_ != nullptr; }
@@ -178,6 +230,7 @@ class SimReplica {
   History* const history_;
   uint64_t life_ = 0;
   Disk disk_;
+  std::unique_ptr<api::ReportIdWindow> report_ids_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<api::ChangeFeed> feed_;
   std::unique_ptr<Committer> committer_;
@@ -185,7 +238,9 @@ class SimReplica {
   MemEtcd::Client* client_ = nullptr;
 };
 
-// Four targets in two chains.
+// Four targets in two chains. One counted failure takes a target down and one
+// success brings it back, so each report that counts makes a Change (and
+// names itself in it): a report counted twice shows.
 inline ConfigChange Config() {
   ConfigChange c;
   for (const std::string& name : kTargets) {
@@ -199,6 +254,7 @@ inline ConfigChange Config() {
   ChainConfig c1;
   c1.name = "c1";
   c1.targets = {"t2", "t3", "t1"};
+  for (ChainConfig* chain : {&c0, &c1}) chain->policy.Mutable().recovery_probes = 1;
   c.chains = {c0, c1};
   return c;
 }

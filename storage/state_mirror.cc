@@ -10,33 +10,58 @@
 namespace failover {
 namespace {
 
-// One config or record in storage's encoding.
+// A kept part (an object's config or state record) is one byte that says
+// what follows, then the record in storage's encoding; "" keeps none. (A
+// record can encode to no bytes at all.) A chain whose policy is the default
+// leaves it out: a third of a chain's record, and most chains have it.
+constexpr char kRecord = 'r';
+constexpr char kChainWithDefaultPolicy = 'd';
+
+template <typename Record>
+std::string Tagged(char tag, const Record& r) {
+  std::string out(1, tag);
+  r.AppendToString(&out);
+  return out;
+}
+
 template <typename Record, typename Model>
 std::string Encode(const Model& in, void (*encode)(const Model&, Record*)) {
   Record r;
   encode(in, &r);
-  std::string out;
-  r.SerializeToString(&out);
-  return out;
+  return Tagged(kRecord, r);
 }
+
+std::string EncodeChainConfig(const ChainConfig& c) {
+  storage::ChainRecord r;
+  storage::EncodeChain(c, &r);
+  if (*c.policy != Policy()) return Tagged(kRecord, r);
+  r.clear_policy();
+  return Tagged(kChainWithDefaultPolicy, r);
+}
+
+// What a part tagged kChainWithDefaultPolicy left out.
+void PutBackDefaultPolicy(ChainConfig* c) { c->policy = Shared<Policy>(); }
+template <typename Model>
+void PutBackDefaultPolicy(Model*) {}
 
 // Decodes the `part` (config or state) of every entry of `from` that has one
 // onto `out`. A record this mirror encoded itself always decodes; one that
 // does not is a bug in records.cc, and a state missing it would be served as
 // exact: stop.
 template <typename Entries, typename Entry, typename Record, typename Model>
-void DecodeAll(const Entries& from, std::optional<std::string> Entry::*part,
-               bool (*decode)(const Record&, Model*), const char* what, std::vector<Model>* out) {
+void DecodeAll(const Entries& from, std::string Entry::*part, bool (*decode)(const Record&, Model*),
+               const char* what, std::vector<Model>* out) {
   out->reserve(from.size());
   for (const auto& [name, entry] : from) {
-    const std::optional<std::string>& bytes = entry.*part;
-    if (!bytes.has_value()) continue;
+    const std::string& bytes = entry.*part;
+    if (bytes.empty()) continue;
     Record r;
     out->emplace_back();
-    if (!r.ParseFromString(*bytes) || !decode(r, &out->back())) {
+    if (!r.ParseFromArray(bytes.data() + 1, static_cast<int>(bytes.size() - 1)) || !decode(r, &out->back())) {
       fprintf(stderr, "state mirror: the %s record of \"%s\" does not decode\n", what, name.c_str());
       abort();
     }
+    if (bytes[0] == kChainWithDefaultPolicy) PutBackDefaultPolicy(&out->back());
     out->back().name = name;  // keyed by name, as in the data dir
   }
 }
@@ -56,7 +81,7 @@ void StateMirror::Put(const std::vector<TargetConfig>& targets, const std::vecto
                       const std::vector<TargetStateRecord>& health,
                       const std::vector<ChainStateRecord>& chain_states) {
   for (const TargetConfig& t : targets) targets_[t.name].config = Encode(t, storage::EncodeTarget);
-  for (const ChainConfig& c : chains) chains_[c.name].config = Encode(c, storage::EncodeChain);
+  for (const ChainConfig& c : chains) chains_[c.name].config = EncodeChainConfig(c);
   for (const TargetStateRecord& r : health) targets_[r.name].state = Encode(r, storage::EncodeHealth);
   for (const ChainStateRecord& r : chain_states) chains_[r.name].state = Encode(r, storage::EncodeChainState);
 }

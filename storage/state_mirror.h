@@ -10,7 +10,6 @@
 #pragma once
 
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,11 +35,12 @@ class StateMirror {
 
   // One object's config and state record, each serialized in storage's
   // encoding (TargetRecord and HealthRecord, or ChainRecord and
-  // ChainStateRecord), or none. Together, so an object costs one map node,
-  // not two. (A record can encode to no bytes at all, hence optional.)
+  // ChainStateRecord) after a byte that says what the bytes hold, or ""
+  // for none (state_mirror.cc). Together, so an object costs one map entry,
+  // not two.
   struct Encoded {
-    std::optional<std::string> config;
-    std::optional<std::string> state;
+    std::string config;
+    std::string state;
   };
 
   // B-trees: a std::map node costs 64 bytes beside each entry (a third of

@@ -227,8 +227,11 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   c.name = "ch";
   c.targets = {"a", "b"};
   c.policy.Mutable().trip_failure_rate = 20;
+  ChainConfig plain;  // the default policy, which the mirror leaves out of its record
+  plain.name = "plain";
+  plain.targets = {"b", "a"};
   config.put_targets = {a, b};
-  config.put_chains = {c};
+  config.put_chains = {c, plain};
   ASSERT_NO_FATAL_FAILURE(write(config));
 
   Change state;

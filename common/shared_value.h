@@ -32,7 +32,9 @@ class Shared {
   operator const T&() const { return *value_; }  // NOLINT: reads as the T it stands for
   const std::shared_ptr<const T>& shared() const { return value_; }
 
-  // The value to change: this object's own copy from now on.
+  // The value to change: this object's own copy from now on. The reference
+  // stays private only until this object is next copied: write through it
+  // at once, not after handing the object on.
   T& Mutable() {
     if (value_.use_count() != 1) value_ = std::make_shared<const T>(*value_);
     return const_cast<T&>(*value_);  // only this object holds it
@@ -40,8 +42,6 @@ class Shared {
 
   bool operator==(const Shared& o) const { return value_ == o.value_ || *value_ == *o.value_; }
   bool operator!=(const Shared& o) const { return !(*this == o); }
-  bool operator==(const T& o) const { return *value_ == o; }
-  bool operator!=(const T& o) const { return !(*value_ == o); }
 
  private:
   static const std::shared_ptr<const T>& Default() {

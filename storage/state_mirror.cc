@@ -34,7 +34,7 @@ std::string Encode(const Model& in, void (*encode)(const Model&, Record*)) {
 std::string EncodeChainConfig(const ChainConfig& c) {
   storage::ChainRecord r;
   storage::EncodeChain(c, &r);
-  if (*c.policy != Policy()) return Tagged(kRecord, r);
+  if (c.policy != Shared<Policy>()) return Tagged(kRecord, r);
   r.clear_policy();
   return Tagged(kChainWithDefaultPolicy, r);
 }
@@ -44,29 +44,92 @@ void PutBackDefaultPolicy(ChainConfig* c) { c->policy = Shared<Policy>(); }
 template <typename Model>
 void PutBackDefaultPolicy(Model*) {}
 
+// Entry::packed is: varint name length, name, varint config-part length,
+// config part, state part. The mirror packs every entry itself, so reading one
+// back needs no checks.
+void AppendVarint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+absl::string_view TakeLengthPrefixed(absl::string_view* in) {
+  uint64_t n = 0;
+  for (int shift = 0;; shift += 7) {
+    const auto byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    n |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (byte < 0x80) break;
+  }
+  absl::string_view taken = in->substr(0, n);
+  in->remove_prefix(n);
+  return taken;
+}
+
+struct Unpacked {
+  absl::string_view name, config, state;
+};
+Unpacked Unpack(absl::string_view packed) {
+  Unpacked u;
+  u.name = TakeLengthPrefixed(&packed);
+  u.config = TakeLengthPrefixed(&packed);
+  u.state = packed;
+  return u;
+}
+std::string Pack(absl::string_view name, absl::string_view config, absl::string_view state) {
+  std::string out;
+  out.reserve(VarintSize(name.size()) + name.size() + VarintSize(config.size()) + config.size() + state.size());
+  AppendVarint(name.size(), &out);
+  out.append(name.data(), name.size());
+  AppendVarint(config.size(), &out);
+  out.append(config.data(), config.size());
+  out.append(state.data(), state.size());
+  return out;
+}
+
+}  // namespace
+
+absl::string_view StateMirror::NameOf(const Entry& e) {
+  absl::string_view packed = e.packed;
+  return TakeLengthPrefixed(&packed);
+}
+
+void StateMirror::SetPart(Entries* entries, absl::string_view name, Part part, std::string bytes) {
+  auto it = entries->lower_bound(name);
+  if (it == entries->end() || NameOf(*it) != name) {
+    entries->insert(it, Entry{part == Part::kConfig ? Pack(name, bytes, "") : Pack(name, "", bytes)});
+    return;
+  }
+  const Unpacked u = Unpack(it->packed);
+  it->packed = part == Part::kConfig ? Pack(u.name, bytes, u.state) : Pack(u.name, u.config, bytes);
+}
+
 // Decodes the `part` (config or state) of every entry of `from` that has one
 // onto `out`. A record this mirror encoded itself always decodes; one that
 // does not is a bug in records.cc, and a state missing it would be served as
 // exact: stop.
-template <typename Entries, typename Entry, typename Record, typename Model>
-void DecodeAll(const Entries& from, std::string Entry::*part, bool (*decode)(const Record&, Model*),
-               const char* what, std::vector<Model>* out) {
+template <typename Record, typename Model>
+void StateMirror::DecodeAll(const Entries& from, Part part, bool (*decode)(const Record&, Model*), const char* what,
+                            std::vector<Model>* out) {
   out->reserve(from.size());
-  for (const auto& [name, entry] : from) {
-    const std::string& bytes = entry.*part;
+  for (const Entry& entry : from) {
+    const Unpacked u = Unpack(entry.packed);
+    const absl::string_view bytes = part == Part::kConfig ? u.config : u.state;
     if (bytes.empty()) continue;
     Record r;
     out->emplace_back();
     if (!r.ParseFromArray(bytes.data() + 1, static_cast<int>(bytes.size() - 1)) || !decode(r, &out->back())) {
-      fprintf(stderr, "state mirror: the %s record of \"%s\" does not decode\n", what, name.c_str());
+      fprintf(stderr, "state mirror: the %s record of \"%.*s\" does not decode\n", what,
+              static_cast<int>(u.name.size()), u.name.data());
       abort();
     }
     if (bytes[0] == kChainWithDefaultPolicy) PutBackDefaultPolicy(&out->back());
-    out->back().name = name;  // keyed by name, as in the data dir
+    out->back().name = std::string(u.name);  // keyed by name, as in the data dir
   }
 }
-
-}  // namespace
 
 StateMirror::StateMirror(const RestoredState& start)
     : generation_(start.generation),
@@ -80,10 +143,14 @@ StateMirror::StateMirror(const RestoredState& start)
 void StateMirror::Put(const std::vector<TargetConfig>& targets, const std::vector<ChainConfig>& chains,
                       const std::vector<TargetStateRecord>& health,
                       const std::vector<ChainStateRecord>& chain_states) {
-  for (const TargetConfig& t : targets) targets_[t.name].config = Encode(t, storage::EncodeTarget);
-  for (const ChainConfig& c : chains) chains_[c.name].config = EncodeChainConfig(c);
-  for (const TargetStateRecord& r : health) targets_[r.name].state = Encode(r, storage::EncodeHealth);
-  for (const ChainStateRecord& r : chain_states) chains_[r.name].state = Encode(r, storage::EncodeChainState);
+  for (const TargetConfig& t : targets) SetPart(&targets_, t.name, Part::kConfig, Encode(t, storage::EncodeTarget));
+  for (const ChainConfig& c : chains) SetPart(&chains_, c.name, Part::kConfig, EncodeChainConfig(c));
+  for (const TargetStateRecord& r : health) {
+    SetPart(&targets_, r.name, Part::kState, Encode(r, storage::EncodeHealth));
+  }
+  for (const ChainStateRecord& r : chain_states) {
+    SetPart(&chains_, r.name, Part::kState, Encode(r, storage::EncodeChainState));
+  }
 }
 
 void StateMirror::Apply(const Change& change) {
@@ -121,12 +188,12 @@ void StateMirror::Apply(const Change& change) {
 RestoredState StateMirror::State() const {
   RestoredState s;
   s.generation = generation_;
-  DecodeAll(targets_, &Encoded::config, storage::DecodeTarget, "target", &s.targets);
-  DecodeAll(chains_, &Encoded::config, storage::DecodeChain, "chain", &s.chains);
+  DecodeAll(targets_, Part::kConfig, storage::DecodeTarget, "target", &s.targets);
+  DecodeAll(chains_, Part::kConfig, storage::DecodeChain, "chain", &s.chains);
   s.pins = pins_;
   s.manual = manual_;
-  DecodeAll(targets_, &Encoded::state, storage::DecodeHealth, "health", &s.health);
-  DecodeAll(chains_, &Encoded::state, storage::DecodeChainState, "chain state", &s.chain_states);
+  DecodeAll(targets_, Part::kState, storage::DecodeHealth, "health", &s.health);
+  DecodeAll(chains_, Part::kState, storage::DecodeChainState, "chain state", &s.chain_states);
   s.next_sequence = next_sequence_;
   s.log_index = log_index_;
   return s;

@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/strings/string_view.h"
 #include "common/change.h"
 
 namespace failover {
@@ -33,19 +34,28 @@ class StateMirror {
   void Put(const std::vector<TargetConfig>& targets, const std::vector<ChainConfig>& chains,
            const std::vector<TargetStateRecord>& health, const std::vector<ChainStateRecord>& chain_states);
 
-  // One object's config and state record, each serialized in storage's
-  // encoding (TargetRecord and HealthRecord, or ChainRecord and
-  // ChainStateRecord) after a byte that says what the bytes hold, or ""
-  // for none (state_mirror.cc). Together, so an object costs one map entry,
-  // not two.
-  struct Encoded {
-    std::string config;
-    std::string state;
+  // One object: its name, its config part and its state part, each part ""
+  // or a tagged record in storage's encoding (state_mirror.cc), packed into
+  // one string. An object then costs one allocation of exactly its size and
+  // a 32-byte slot in a B-tree, where a name and two strings beside it cost
+  // three allocations and a slot three times as large. The name inside never
+  // changes, so the part after it may be rewritten in place.
+  struct Entry {
+    mutable std::string packed;
   };
-
-  // B-trees: a std::map node costs 64 bytes beside each entry (a third of
-  // the entry), tens of thousands of times over.
-  using Entries = absl::btree_map<std::string, Encoded>;
+  static absl::string_view NameOf(const Entry& e);
+  struct ByName {
+    using is_transparent = void;
+    bool operator()(const Entry& a, const Entry& b) const { return NameOf(a) < NameOf(b); }
+    bool operator()(const Entry& a, absl::string_view b) const { return NameOf(a) < b; }
+    bool operator()(absl::string_view a, const Entry& b) const { return a < NameOf(b); }
+  };
+  using Entries = absl::btree_set<Entry, ByName>;
+  enum class Part { kConfig, kState };
+  static void SetPart(Entries* entries, absl::string_view name, Part part, std::string bytes);
+  template <typename Record, typename Model>
+  static void DecodeAll(const Entries& from, Part part, bool (*decode)(const Record&, Model*), const char* what,
+                        std::vector<Model>* out);
 
   uint64_t generation_ = 0;
   Entries targets_;

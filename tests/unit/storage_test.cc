@@ -230,7 +230,12 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   ChainConfig plain;  // the default policy, which the mirror leaves out of its record
   plain.name = "plain";
   plain.targets = {"b", "a"};
-  config.put_targets = {a, b};
+  // A name and a record longer than 127 bytes: the mirror packs each entry
+  // behind length prefixes that take a second byte from there.
+  TargetConfig long_name;
+  long_name.name = std::string(200, 'n');
+  long_name.labels["note"] = std::string(300, 'v');
+  config.put_targets = {a, b, long_name};
   config.put_chains = {c, plain};
   ASSERT_NO_FATAL_FAILURE(write(config));
 
@@ -277,7 +282,7 @@ TEST(StoreTest, TheMirrorOfTheChangesIsWhatTheStoreReadsBack) {
   deletion.deleted_targets = {"a"};
   deletion.deleted_chains = {"ch"};
   ASSERT_NO_FATAL_FAILURE(write(deletion));
-  EXPECT_EQ(mirror.State().targets.size(), 1u);
+  EXPECT_EQ(mirror.State().targets.size(), 2u);
   EXPECT_TRUE(mirror.State().chain_states.empty());
 }
 

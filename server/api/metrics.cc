@@ -203,7 +203,7 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
     absl::Time probed;
     {
       std::lock_guard<std::mutex> lock(t.rt->mu);
-      probed = t.rt->last_probe;
+      probed = t.rt->occasional().last_probe;
     }
     if (probed != absl::InfinitePast()) {
       AddGauge(&last_probe, {{"target", t.config.name}}, static_cast<double>(absl::ToUnixMicros(probed)) / 1e6);

@@ -92,8 +92,7 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
     if (t->rt->manual) return events;  // already applied: no second event
     const HealthState before = t->rt->Effective();
     t->rt->manual = true;
-    t->rt->manual_reason = why;
-    t->rt->manual_since = now;
+    t->rt->SetManual(why, now);
     t->rt->VoidLease();
     PublishLocked(*t, before, Source::kManual, why, now, w.events());
   }
@@ -120,7 +119,7 @@ absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl
     if (!t->rt->manual) return events;
     const HealthState before = t->rt->Effective();
     t->rt->manual = false;
-    t->rt->manual_reason.clear();
+    t->rt->SetManual("", absl::InfinitePast());
     t->rt->VoidLease();
     PublishLocked(*t, before, Source::kManual, "manual failover cancelled", now, w.events());
   }

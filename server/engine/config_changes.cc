@@ -327,8 +327,7 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     t->rt->reason = r.reason;
     t->rt->last_error = r.last_error;
     t->rt->last_error_time = r.last_error_time;
-    t->rt->last_probe = r.last_probe;
-    t->rt->last_check = r.last_check;
+    t->rt->SetLastCheck(r.last_probe, r.last_check);
     t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
   }
   for (const auto& [name, manual] : state.manual) {
@@ -336,8 +335,7 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     if (t == nullptr) continue;
     std::lock_guard<std::mutex> lock(t->rt->mu);
     t->rt->manual = true;
-    t->rt->manual_reason = manual.reason;
-    t->rt->manual_since = manual.since;
+    t->rt->SetManual(manual.reason, manual.since);
   }
   for (const TargetEntry& t : next->targets) {
     std::lock_guard<std::mutex> lock(t.rt->mu);

@@ -121,8 +121,8 @@ TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
   r.reason = rt.reason;
   r.last_error = rt.last_error;
   r.last_error_time = rt.last_error_time;
-  r.last_probe = rt.last_probe;
-  r.last_check = rt.last_check;
+  r.last_probe = rt.occasional().last_probe;
+  r.last_check = rt.occasional().last_check;
   const int64_t held = rt.held_until_ns.load(std::memory_order_relaxed);
   r.held_until = held == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(held);
   return r;

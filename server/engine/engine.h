@@ -95,29 +95,63 @@ struct TargetRuntime {
   // Change or tick that records the target.
   bool record_unsaved = false;
   Source source = Source::kAuto;
-  // The outstanding probe lease, if any (one per target across all probers).
-  std::string lease_id;
-  absl::Time lease_expires = absl::InfinitePast();
-  uint64_t lease_generation = 0;
-  uint64_t lease_prober = 0;  // hash of the prober id that took the lease
   TargetHealth health;
-  std::string manual_reason;
-  absl::Time manual_since = absl::InfinitePast();
   std::string reason;
   std::string last_error;
   absl::Time last_error_time = absl::InfinitePast();
-  absl::Time last_probe = absl::InfinitePast();
-  std::string last_check;  // what the last check found, as one line
   std::unique_ptr<TrafficRing> traffic;  // counted outcomes per minute, for views; made at the first
+
+  // What a target has only once it is checked or failed over by hand, kept
+  // apart and made at the first need: 160 bytes that most targets of a large
+  // config, busy with traffic, never use.
+  struct Occasional {
+    // The outstanding probe lease, if any (one per target across all probers).
+    std::string lease_id;
+    absl::Time lease_expires = absl::InfinitePast();
+    uint64_t lease_generation = 0;
+    uint64_t lease_prober = 0;  // hash of the prober id that took the lease
+    absl::Time last_probe = absl::InfinitePast();
+    std::string last_check;  // what the last check found, as one line
+    std::string manual_reason;
+    absl::Time manual_since = absl::InfinitePast();
+  };
+  const Occasional& occasional() const {
+    static const Occasional* const kNone = new Occasional;
+    return occasional_ ? *occasional_ : *kNone;
+  }
+  Occasional& MutableOccasional() {
+    if (!occasional_) occasional_ = std::make_unique<Occasional>();
+    return *occasional_;
+  }
+  // The setters below leave no room made for a check or a manual failover
+  // that never happened (a restore sets every target's).
+  void SetLastCheck(absl::Time probed, std::string check) {
+    if (!occasional_ && probed == absl::InfinitePast() && check.empty()) return;
+    MutableOccasional().last_probe = probed;
+    occasional_->last_check = std::move(check);
+  }
+  void SetManual(std::string reason_given, absl::Time since) {
+    if (!occasional_ && reason_given.empty() && since == absl::InfinitePast()) return;
+    MutableOccasional().manual_reason = std::move(reason_given);
+    occasional_->manual_since = since;
+  }
+  bool LeasedAt(absl::Time now) const {
+    return occasional_ && !occasional_->lease_id.empty() && occasional_->lease_expires >= now;
+  }
 
   HealthState Effective() const { return static_cast<HealthState>(effective.load(std::memory_order_acquire)); }
   // After an admin change: the outstanding lease's result would be judged
   // against a state it was not asked under (DESIGN 3.6).
-  void VoidLease() { lease_id.clear(); }
+  void VoidLease() {
+    if (occasional_) occasional_->lease_id.clear();
+  }
   void RecordTraffic(absl::Time now, bool failed, absl::Duration latency) {
     if (!traffic) traffic = std::make_unique<TrafficRing>();
     traffic->Record(now, failed, latency);
   }
+
+ private:
+  std::unique_ptr<Occasional> occasional_;
 };
 
 struct ChainRuntime {

@@ -63,8 +63,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
     if (t == nullptr) continue;
     std::lock_guard<std::mutex> lock(t->rt->mu);
     t->rt->manual = m.active;
-    t->rt->manual_reason = m.active ? m.reason : "";
-    t->rt->manual_since = m.active ? m.since : absl::InfinitePast();
+    t->rt->SetManual(m.active ? m.reason : "", m.active ? m.since : absl::InfinitePast());
     t->rt->VoidLease();
   }
   for (const TargetStateRecord& r : change.targets) {
@@ -76,8 +75,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
     t->rt->reason = r.reason;
     t->rt->last_error = r.last_error;
     t->rt->last_error_time = r.last_error_time;
-    t->rt->last_probe = r.last_probe;
-    t->rt->last_check = r.last_check;
+    t->rt->SetLastCheck(r.last_probe, r.last_check);
     t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
     t->rt->record_unsaved = false;  // failoverd's record replaces this copy's own hold
   }

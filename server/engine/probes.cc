@@ -40,18 +40,18 @@ absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
   const TargetRuntime& rt = *t.rt;
   if (!t.config.enabled || !t.health->has_health_check) return absl::InfiniteFuture();
   // One lease at a time; a lease holds until strictly after its expiry.
-  if (!rt.lease_id.empty() && rt.lease_expires >= now) return absl::InfiniteFuture();
+  if (rt.LeasedAt(now)) return absl::InfiniteFuture();
   if (rt.probe_now) return now;
   switch (rt.health.state()) {
     case HealthState::kDown:
       return rt.health.probe_due();
     case HealthState::kRecovering:
-      return rt.last_probe + t.health->probe_interval;
+      return rt.occasional().last_probe + t.health->probe_interval;
     default: {
       // Only a quiet target is probed: traffic counts as a check.
       const int64_t activity_ns = rt.last_activity_ns.load(std::memory_order_relaxed);
       const absl::Time activity = activity_ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(activity_ns);
-      return std::max(activity, rt.last_probe) + t.health->probe_interval;
+      return std::max(activity, rt.occasional().last_probe) + t.health->probe_interval;
     }
   }
 }
@@ -73,8 +73,9 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     std::lock_guard<std::mutex> lock(rt.mu);
     // Unknown, expired or superseded lease, another prober's, or the target's
     // config changed since: ignored.
-    if (rt.lease_id != result.lease_id || rt.lease_expires < now || rt.lease_generation != t->config_generation ||
-        rt.lease_prober != prober) {
+    const TargetRuntime::Occasional& lease = rt.occasional();
+    if (lease.lease_id != result.lease_id || lease.lease_expires < now ||
+        lease.lease_generation != t->config_generation || lease.lease_prober != prober) {
       ++response->ignored;
       return true;
     }
@@ -102,11 +103,10 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     // pass. While changes are refused the check is recorded without one.
     const bool transitions = apply(HealthMode::kDryRun, summary);
     if (transitions && events == nullptr && accepting_changes()) return false;
-    rt.lease_id.clear();
+    rt.VoidLease();
     ++response->accepted;
     response->checks.push_back(AcceptedCheck{&result, t->config.name, outcome, rt.lease_recovery});
-    rt.last_probe = now;
-    rt.last_check = CheckLine(outcome, summary, result.latency);
+    rt.SetLastCheck(now, CheckLine(outcome, summary, result.latency));
     observed->insert(t->config.name);
     if (outcome == ProbeOutcome::kFail) {
       rt.last_error = absl::StrCat("probe: ", summary);
@@ -161,11 +161,12 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
     task.kind = rt.health.state() == HealthState::kRecovering ? ProbeKind::kRecovery : ProbeKind::kLiveness;
     task.timeout = t.health->probe_timeout;
     task.generation = t.config_generation;
-    rt.lease_id = task.lease_id;
-    rt.lease_expires = now + task.timeout + options_.lease_grace;
+    TargetRuntime::Occasional& lease = rt.MutableOccasional();
+    lease.lease_id = task.lease_id;
+    lease.lease_expires = now + task.timeout + options_.lease_grace;
     rt.lease_recovery = task.kind == ProbeKind::kRecovery;
-    rt.lease_generation = t.config_generation;
-    rt.lease_prober = prober;
+    lease.lease_generation = t.config_generation;
+    lease.lease_prober = prober;
     rt.probe_now = false;
     response->tasks.push_back(std::move(task));
   }
@@ -198,7 +199,7 @@ size_t Engine::OutstandingLeases(absl::Time now) const {
   size_t n = 0;
   for (const TargetEntry& t : snap->targets) {
     std::lock_guard<std::mutex> lock(t.rt->mu);
-    n += !t.rt->lease_id.empty() && t.rt->lease_expires >= now;
+    n += t.rt->LeasedAt(now);
   }
   return n;
 }

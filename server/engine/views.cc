@@ -22,10 +22,11 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     s.health = t.rt->Effective();
     s.automatic = t.rt->health.state();
     s.source = t.rt->source;
-    s.reason = t.rt->manual ? t.rt->manual_reason : t.rt->reason;
-    s.since = t.rt->manual ? t.rt->manual_since : t.rt->health.since();
-    s.last_probe = t.rt->last_probe;
-    s.last_check = t.rt->last_check;
+    const TargetRuntime::Occasional& occasional = t.rt->occasional();
+    s.reason = t.rt->manual ? occasional.manual_reason : t.rt->reason;
+    s.since = t.rt->manual ? occasional.manual_since : t.rt->health.since();
+    s.last_probe = occasional.last_probe;
+    s.last_check = occasional.last_check;
     s.last_error = t.rt->last_error;
     s.last_error_time = t.rt->last_error_time;
     s.recovery_passes = t.rt->health.recovery_passes();
@@ -33,7 +34,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     if (t.rt->traffic) s.traffic = t.rt->traffic->Minutes();
     // A view has no clock: a running check (any lease) shows as none due;
     // one due at once ("probe now", never checked) as due since the epoch.
-    if (t.rt->lease_id.empty()) s.next_check = std::max(ProbeDueLocked(t, absl::InfinitePast()), absl::UnixEpoch());
+    if (occasional.lease_id.empty()) s.next_check = std::max(ProbeDueLocked(t, absl::InfinitePast()), absl::UnixEpoch());
   }
   s.managed_by = t.config.managed_by;
   const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);

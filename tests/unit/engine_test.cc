@@ -1556,6 +1556,8 @@ TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
   down.since = now_ - absl::Minutes(30);
   down.trips = 4;
   down.last_error = "server_error: 500";
+  down.last_probe = now_ - absl::Minutes(2);
+  down.last_check = "failed in 40ms: server_error: 500";
   state.health = {down};
   state.chain_states = {ChainStateRecord{"ch", "b", ChainState::kFallback, now_ - absl::Minutes(30), now_ - absl::Minutes(30)}};
   state.pins["other"] = "c";
@@ -1572,7 +1574,13 @@ TEST_F(EngineTest, RestoreBringsBackHealthChainStatePinsAndManual) {
   EXPECT_EQ(a->status.health, HealthState::kDown);
   EXPECT_EQ(a->status.trips, 4u);
   EXPECT_EQ(a->status.last_error, "server_error: 500");
+  EXPECT_EQ(a->status.last_probe, now_ - absl::Minutes(2));
+  EXPECT_EQ(a->status.last_check, "failed in 40ms: server_error: 500");
   EXPECT_EQ(Health("c"), HealthState::kManual);
+  auto c = engine_.GetTarget("c");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->status.reason, "maintenance");
+  EXPECT_EQ(c->status.since, now_ - absl::Minutes(1));
   EXPECT_EQ(Status("other").state, ChainState::kPinned);
   EXPECT_EQ(Status("other").active_target, "c");
   ChainStatus ch = Status("ch");

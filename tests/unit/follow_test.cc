@@ -182,6 +182,7 @@ TEST_F(FollowTest, FollowerPlansAsTheLeaderThroughEveryKindOfChange) {
   ASSERT_TRUE(lead_.TriggerManualFailover("b", "maintenance", now_).ok());
   ExpectSame();
   EXPECT_EQ(follower_->GetTarget("b")->status.health, HealthState::kManual);
+  EXPECT_EQ(follower_->GetTarget("b")->status.reason, "maintenance");
 
   ASSERT_TRUE(lead_.Pin("y", "c", now_).ok());
   ExpectSame();

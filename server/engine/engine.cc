@@ -155,9 +155,10 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     const TargetEntry* old = previous ? previous->FindTarget(e.config.name) : nullptr;
     e.rt = old ? old->rt : std::make_shared<TargetRuntime>();
     e.config_generation = old && old->config == e.config ? old->config_generation : generation;
-    snap->target_index[e.config.name] = static_cast<uint32_t>(snap->targets.size());
-    if (e.config.limit_rpm > 0) snap->rpm_capped.push_back(static_cast<uint32_t>(snap->targets.size()));
-    snap->targets.push_back(std::move(e));
+    const auto index = static_cast<uint32_t>(snap->targets.size());
+    if (e.config.limit_rpm > 0) snap->rpm_capped.push_back(index);
+    snap->targets.push_back(std::move(e));  // reserved: entries stay where they are
+    snap->target_index[snap->targets.back().config.name] = index;
   }
   std::vector<bool> has_settings(snap->targets.size(), false);
   absl::flat_hash_map<HealthSettings, std::shared_ptr<const HealthSettings>> settings;
@@ -205,8 +206,8 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     }
     const ChainEntry* old = previous ? previous->FindChain(e.config.name) : nullptr;
     e.rt = old ? old->rt : std::make_shared<ChainRuntime>();
-    snap->chain_index[e.config.name] = chain_index;
-    snap->chains.push_back(std::move(e));
+    snap->chains.push_back(std::move(e));  // reserved: entries stay where they are
+    snap->chain_index[snap->chains.back().config.name] = chain_index;
   }
   for (size_t i = 0; i < snap->targets.size(); ++i) {
     if (!has_settings[i]) {

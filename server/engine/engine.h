@@ -165,11 +165,16 @@ struct ChainRuntime {
   absl::Time active_since = absl::InfinitePast();
   absl::Time last_switch = absl::InfinitePast();
   std::string pinned;
-  // Smooth weighted round robin: current weight per target, by target name so
-  // the rotation survives reloads.
-  absl::flat_hash_map<std::string, int64_t> rr_current;
-  // round_robin session stickiness: session key -> target. Bounded.
-  absl::flat_hash_map<std::string, std::string> sessions;
+  // A round_robin chain's rotation, made at its first pick (80 bytes that
+  // chains of the other strategies do without).
+  struct RoundRobin {
+    // Smooth weighted round robin: current weight per target, by target name
+    // so the rotation survives reloads.
+    absl::flat_hash_map<std::string, int64_t> current;
+    // Session stickiness: session key -> target. Bounded.
+    absl::flat_hash_map<std::string, std::string> sessions;
+  };
+  std::unique_ptr<RoundRobin> round_robin;
   // least_latency: first attempts so far, to spread exploration evenly.
   uint64_t latency_picks = 0;
   // Made on first use, only for chains with a retry budget.
@@ -224,11 +229,18 @@ struct ChainEntry {
 };
 
 struct Snapshot {
+  Snapshot() = default;
+  // Not copied: the indexes below point into this snapshot's own entries.
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
   uint64_t generation = 0;
   std::vector<TargetEntry> targets;  // sorted by name
   std::vector<ChainEntry> chains;    // sorted by name
-  absl::flat_hash_map<std::string, uint32_t> target_index;
-  absl::flat_hash_map<std::string, uint32_t> chain_index;
+  // Keyed by the names in the entries above (set once they are in place),
+  // not by copies of them: a name copied costs its allocation again.
+  absl::flat_hash_map<absl::string_view, uint32_t> target_index;
+  absl::flat_hash_map<absl::string_view, uint32_t> chain_index;
   // The targets with a limits.rpm (indices into targets): what a replica's
   // rpm leases look at ten times a second, without walking every target.
   std::vector<uint32_t> rpm_capped;

@@ -182,9 +182,11 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
     const int active = ActivePosition(chain, snap, rt);
     const Strategy strategy = for_next ? Strategy::kFailover : chain.hot.strategy;
     if (strategy == Strategy::kRoundRobin) {
+      if (!rt.round_robin) rt.round_robin = std::make_unique<ChainRuntime::RoundRobin>();
+      ChainRuntime::RoundRobin& rr = *rt.round_robin;
       if (!session_key.empty()) {
-        auto it = rt.sessions.find(session_key);
-        if (it != rt.sessions.end()) {
+        auto it = rr.sessions.find(session_key);
+        if (it != rr.sessions.end()) {
           const int p = PositionIn(chain, snap, it->second);
           if (p >= 0 && (eligible & Bit(p))) first = p;
         }
@@ -197,18 +199,18 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
           if (!(eligible & Bit(i)) || entry(i).config.weight == 0) continue;
           const int64_t w = entry(i).config.weight;
           total += w;
-          int64_t& current = rt.rr_current[entry(i).config.name];
+          int64_t& current = rr.current[entry(i).config.name];
           current += w;
           if (current > best_weight) {
             best_weight = current;
             first = static_cast<int>(i);
           }
         }
-        if (first >= 0) rt.rr_current[entry(first).config.name] -= total;
+        if (first >= 0) rr.current[entry(first).config.name] -= total;
       }
       if (!session_key.empty() && first >= 0) {
-        if (rt.sessions.size() >= kMaxSessions) rt.sessions.clear();
-        rt.sessions[session_key] = entry(first).config.name;
+        if (rr.sessions.size() >= kMaxSessions) rr.sessions.clear();
+        rr.sessions[session_key] = entry(first).config.name;
       }
     } else if (strategy == Strategy::kLeastLatency) {
       first = LeastLatencyFirst(chain, eligible);

@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/change.h"
+#include "common/compact_time.h"
 #include "server/engine/classify.h"
 #include "common/model.h"
 #include "server/engine/retry_budget.h"
@@ -98,7 +99,7 @@ struct TargetRuntime {
   TargetHealth health;
   std::string reason;
   std::string last_error;
-  absl::Time last_error_time = absl::InfinitePast();
+  CompactTime last_error_time;
   std::unique_ptr<TrafficRing> traffic;  // counted outcomes per minute, for views; made at the first
 
   // What a target has only once it is checked or failed over by hand, kept
@@ -162,8 +163,8 @@ struct ChainRuntime {
   int active_position = -1;
   uint64_t active_position_generation = 0;
   ChainState state = ChainState::kPrimary;
-  absl::Time active_since = absl::InfinitePast();
-  absl::Time last_switch = absl::InfinitePast();
+  CompactTime active_since;
+  CompactTime last_switch;
   std::string pinned;
   // A round_robin chain's rotation, made at its first pick (80 bytes that
   // chains of the other strategies do without).

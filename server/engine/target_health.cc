@@ -214,8 +214,8 @@ bool TargetHealth::OnCallSuccess(const HealthSettings& s, absl::Time now, CallOu
 bool TargetHealth::OnLimitedUntil(absl::Time now, absl::Time until, const std::string& summary,
                                   HealthTransition* out, HealthMode mode) {
   if (mode == HealthMode::kDryRun) return state_ != HealthState::kDown;
-  probe_due_ = std::max(probe_due_, until);
-  limited_until_ = std::max(limited_until_, until);
+  probe_due_ = std::max<absl::Time>(probe_due_, until);
+  limited_until_ = std::max<absl::Time>(limited_until_, until);
   if (state_ == HealthState::kDown) return false;
   failures_.Clear();
   outcomes_.reset();
@@ -264,7 +264,7 @@ bool TargetHealth::OnPass(const HealthSettings& s, absl::Time now, bool strong, 
 
 absl::Time TargetHealth::ComesBackAt(const HealthSettings& s) const {
   if (state_ != HealthState::kDown || s.has_health_check) return absl::InfiniteFuture();
-  return std::max(since_ + s.min_dwell, limited_until_);
+  return std::max<absl::Time>(since_ + s.min_dwell, limited_until_);
 }
 
 bool TargetHealth::OnTimePassed(const HealthSettings& s, absl::Time now, HealthTransition* out) {

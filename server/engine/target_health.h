@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/compact_time.h"
 #include "common/model.h"
 
 namespace failover {
@@ -203,14 +204,14 @@ class TargetHealth {
   }
 
   HealthState state_ = HealthState::kUnknown;
-  absl::Time since_ = absl::InfinitePast();
+  CompactTime since_;
   FailureWindow failures_;  // at most trip_errors
   std::unique_ptr<OutcomeWindow> outcomes_;  // only once a rate trip tallies
   uint32_t recovery_passes_ = 0;
   uint32_t trips_ = 0;  // n of the backoff formula: trips and failed checks while DOWN
-  absl::Time last_failure_ = absl::InfinitePast();
-  absl::Time probe_due_ = absl::InfinitePast();
-  absl::Time limited_until_ = absl::InfinitePast();  // while DOWN for a rate limit
+  CompactTime last_failure_;
+  CompactTime probe_due_;
+  CompactTime limited_until_;  // while DOWN for a rate limit
 };
 
 }  // namespace failover

@@ -164,6 +164,23 @@ TEST_F(EngineTest, NewChainStartsPrimaryWithAnInitialEvent) {
   EXPECT_THAT(Names(Pick("assistant-llm")), ElementsAre("argus-llm", "gemma-local"));
 }
 
+// The times kept per target and per chain are CompactTimes: what goes in
+// comes back, the infinities included (a target never probed shows no last
+// probe, a hold without end stays one), and they order as the times do.
+TEST(CompactTimeTest, ATimeComesBackAsItWentInAndTheInfinitiesStayInfinite) {
+  const absl::Time t = absl::FromUnixSeconds(1796000000) + absl::Nanoseconds(123456789);
+  EXPECT_EQ(absl::Time(CompactTime(t)), t);
+  EXPECT_EQ(absl::Time(CompactTime(absl::InfinitePast())), absl::InfinitePast());
+  EXPECT_EQ(absl::Time(CompactTime(absl::InfiniteFuture())), absl::InfiniteFuture());
+  EXPECT_EQ(absl::Time(CompactTime()), absl::InfinitePast());
+  EXPECT_EQ(absl::Time(CompactTime(absl::UnixEpoch())), absl::UnixEpoch());
+  EXPECT_EQ(absl::Time(CompactTime(absl::UnixEpoch() - absl::Seconds(5))), absl::UnixEpoch() - absl::Seconds(5));
+  EXPECT_TRUE(CompactTime(t) < CompactTime(t + absl::Nanoseconds(1)));
+  EXPECT_TRUE(CompactTime(absl::InfinitePast()) < CompactTime(absl::UnixEpoch() - absl::Hours(1e5)));
+  EXPECT_TRUE(CompactTime(t) < CompactTime(absl::InfiniteFuture()));
+  EXPECT_GT(absl::Time(CompactTime(t)) + absl::Seconds(1), t);  // reads as an absl::Time
+}
+
 // Chains restored or applied one by one bring equal policies as copies of
 // their own; the snapshot keeps one of each (memory per chain,
 // bench/README.md). An edit of one chain's policy must leave the chains that

@@ -75,8 +75,8 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   for (uint32_t ci : t->chains) {
     const ChainEntry& c = snap->chains[ci];
     if (!c.config.failover_enabled) continue;
-    for (uint32_t other : c.targets) {
-      if (&snap->targets[other] != t && snap->targets[other].config.enabled) can_fail_over = true;
+    for (const ChainSlot& other : c.slots) {
+      if (other.target != t && other.target->config.enabled) can_fail_over = true;
     }
   }
   if (!can_fail_over) {

@@ -191,7 +191,6 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
     for (const std::string& name : e.config.targets) {
       const uint32_t ti = snap->target_index.at(name);
-      e.targets.push_back(ti);
       TargetEntry& t = snap->targets[ti];
       e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config.limit_rpm, t.config.HasHealthCheck()});
       t.chains.push_back(chain_index);

@@ -223,7 +223,6 @@ struct ChainEntry {
   ChainHot hot;
   std::vector<ChainSlot> slots;  // the chain's targets in declared order, hot fields only
   std::shared_ptr<ChainRuntime> rt;
-  std::vector<uint32_t> targets;  // the same, as indices into Snapshot::targets
   ChainConfig config;
   // Compiled from the policy; chains whose policies classify alike share one.
   std::shared_ptr<const FailoverRules> rules;

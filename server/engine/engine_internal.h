@@ -20,23 +20,18 @@ inline bool IsUsable(HealthState h) { return h == HealthState::kHealthy || h == 
 
 inline uint64_t Bit(size_t i) { return uint64_t{1} << i; }
 
-// Position of a target in a chain's list, or -1. Compares indices, not
-// names, so it touches only the chain's own index vector.
-inline int PositionIn(const ChainEntry& chain, const Snapshot& snap, absl::string_view target) {
-  auto it = snap.target_index.find(target);
-  if (it == snap.target_index.end()) return -1;
-  for (size_t i = 0; i < chain.targets.size(); ++i) {
-    if (chain.targets[i] == it->second) return static_cast<int>(i);
+// Position of a target in a chain's list, or -1. Compares entries, not
+// names, so it touches only the chain's own slots.
+inline int PositionOf(const ChainEntry& chain, const Snapshot& /*snap*/, const TargetEntry& target) {
+  for (size_t i = 0; i < chain.slots.size(); ++i) {
+    if (chain.slots[i].target == &target) return static_cast<int>(i);
   }
   return -1;
 }
 
-inline int PositionOf(const ChainEntry& chain, const Snapshot& snap, const TargetEntry& target) {
-  const uint32_t index = static_cast<uint32_t>(&target - snap.targets.data());
-  for (size_t i = 0; i < chain.targets.size(); ++i) {
-    if (chain.targets[i] == index) return static_cast<int>(i);
-  }
-  return -1;
+inline int PositionIn(const ChainEntry& chain, const Snapshot& snap, absl::string_view target) {
+  const TargetEntry* t = snap.FindTarget(target);
+  return t == nullptr ? -1 : PositionOf(chain, snap, *t);
 }
 
 // The active target's position, cached per config generation (chain lock held).

@@ -7,10 +7,10 @@
 namespace failover {
 namespace {
 
-std::vector<TargetConfig> TargetsOf(const Snapshot& snapshot, const ChainEntry& chain) {
+std::vector<TargetConfig> TargetsOf(const ChainEntry& chain) {
   std::vector<TargetConfig> out;
-  out.reserve(chain.targets.size());
-  for (uint32_t i : chain.targets) out.push_back(snapshot.targets[i].config);
+  out.reserve(chain.slots.size());
+  for (const ChainSlot& slot : chain.slots) out.push_back(slot.target->config);
   return out;
 }
 
@@ -24,7 +24,7 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
   std::set<Key> wanted;
   for (const ChainEntry& chain : snapshot.chains) {
     if (chain.config.shadows.empty()) continue;
-    const std::vector<TargetConfig> targets = TargetsOf(snapshot, chain);
+    const std::vector<TargetConfig> targets = TargetsOf(chain);
     for (const ShadowPolicy& shadow : chain.config.shadows) {
       const Key key{chain.config.name, shadow.name};
       wanted.insert(key);

@@ -56,7 +56,7 @@ ChainStatus Engine::StatusOf(const Snapshot& snap, const ChainEntry& c) const {
     s.last_switch = c.rt->last_switch;
     s.pinned_target = c.rt->pinned;
   }
-  for (uint32_t ti : c.targets) s.targets.push_back(StatusOf(snap, snap.targets[ti]));
+  for (const ChainSlot& slot : c.slots) s.targets.push_back(StatusOf(snap, *slot.target));
   return s;
 }
 

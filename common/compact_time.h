@@ -14,28 +14,29 @@ namespace failover {
 
 class CompactTime {
  public:
-  CompactTime(absl::Time t = absl::InfinitePast()) : ns_(Encode(t)) {}  // NOLINT: stands for an absl::Time
-  operator absl::Time() const { return Decode(ns_); }                 // NOLINT
+  CompactTime(absl::Time t = absl::InfinitePast()) : ns_(ToNanos(t)) {}  // NOLINT: stands for an absl::Time
+  operator absl::Time() const { return FromNanos(ns_); }                 // NOLINT
+
+  // The encoding itself, for times kept in a std::atomic<int64_t>.
+  static constexpr int64_t kPast = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kFuture = std::numeric_limits<int64_t>::max();
+  static int64_t ToNanos(absl::Time t) {
+    if (t == absl::InfinitePast()) return kPast;
+    if (t == absl::InfiniteFuture()) return kFuture;
+    // absl saturates a finite time beyond the range at its ends.
+    return absl::ToUnixNanos(t);
+  }
+  static absl::Time FromNanos(int64_t ns) {
+    if (ns == kPast) return absl::InfinitePast();
+    if (ns == kFuture) return absl::InfiniteFuture();
+    return absl::FromUnixNanos(ns);
+  }
 
   friend bool operator==(CompactTime a, CompactTime b) { return a.ns_ == b.ns_; }
   friend bool operator!=(CompactTime a, CompactTime b) { return a.ns_ != b.ns_; }
   friend bool operator<(CompactTime a, CompactTime b) { return a.ns_ < b.ns_; }
 
  private:
-  static constexpr int64_t kPast = std::numeric_limits<int64_t>::min();
-  static constexpr int64_t kFuture = std::numeric_limits<int64_t>::max();
-  static int64_t Encode(absl::Time t) {
-    if (t == absl::InfinitePast()) return kPast;
-    if (t == absl::InfiniteFuture()) return kFuture;
-    // absl saturates a finite time beyond the range at its ends.
-    return absl::ToUnixNanos(t);
-  }
-  static absl::Time Decode(int64_t ns) {
-    if (ns == kPast) return absl::InfinitePast();
-    if (ns == kFuture) return absl::InfiniteFuture();
-    return absl::FromUnixNanos(ns);
-  }
-
   int64_t ns_;
 };
 

@@ -123,8 +123,7 @@ TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
   r.last_error_time = rt.last_error_time;
   r.last_probe = rt.occasional().last_probe;
   r.last_check = rt.occasional().last_check;
-  const int64_t held = rt.held_until_ns.load(std::memory_order_relaxed);
-  r.held_until = held == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(held);
+  r.held_until = CompactTime::FromNanos(rt.held_until_ns.load(std::memory_order_relaxed));
   return r;
 }
 

@@ -67,7 +67,7 @@ struct EngineOptions {
 // ---------------------------------------------------------------------------
 
 // TargetRuntime::held_until_ns for a hold until `t` (InfinitePast: none).
-inline int64_t HeldUntilNanos(absl::Time t) { return t == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(t); }
+inline int64_t HeldUntilNanos(absl::Time t) { return CompactTime::ToNanos(t); }
 
 struct TargetRuntime {
   // Published for lock-free reads on the hot path; first, so a pick reads the

@@ -22,7 +22,7 @@ inline uint64_t Bit(size_t i) { return uint64_t{1} << i; }
 
 // Position of a target in a chain's list, or -1. Compares entries, not
 // names, so it touches only the chain's own slots.
-inline int PositionOf(const ChainEntry& chain, const Snapshot& /*snap*/, const TargetEntry& target) {
+inline int PositionOf(const ChainEntry& chain, const TargetEntry& target) {
   for (size_t i = 0; i < chain.slots.size(); ++i) {
     if (chain.slots[i].target == &target) return static_cast<int>(i);
   }
@@ -31,7 +31,7 @@ inline int PositionOf(const ChainEntry& chain, const Snapshot& /*snap*/, const T
 
 inline int PositionIn(const ChainEntry& chain, const Snapshot& snap, absl::string_view target) {
   const TargetEntry* t = snap.FindTarget(target);
-  return t == nullptr ? -1 : PositionOf(chain, snap, *t);
+  return t == nullptr ? -1 : PositionOf(chain, *t);
 }
 
 // The active target's position, cached per config generation (chain lock held).

@@ -49,8 +49,7 @@ absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
       return rt.occasional().last_probe + t.health->probe_interval;
     default: {
       // Only a quiet target is probed: traffic counts as a check.
-      const int64_t activity_ns = rt.last_activity_ns.load(std::memory_order_relaxed);
-      const absl::Time activity = activity_ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(activity_ns);
+      const absl::Time activity = CompactTime::FromNanos(rt.last_activity_ns.load(std::memory_order_relaxed));
       return std::max(activity, rt.occasional().last_probe) + t.health->probe_interval;
     }
   }

@@ -39,7 +39,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     chain = snap->FindChain(req.chain);
     if (chain == nullptr) return NotFound("chain", req.chain);
   }
-  const int position = chain ? PositionOf(*chain, *snap, *target) : -1;
+  const int position = chain ? PositionOf(*chain, *target) : -1;
   if (chain != nullptr && position < 0) {
     return absl::InvalidArgumentError(absl::StrCat("target: \"", req.target, "\" is not a target of chain \"",
                                                    chain->config.name, "\""));

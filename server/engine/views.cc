@@ -38,7 +38,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
   }
   s.managed_by = t.config.managed_by;
   const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
-  if (held != INT64_MIN) s.held_until = absl::FromUnixNanos(held);
+  if (held != CompactTime::kPast) s.held_until = CompactTime::FromNanos(held);
   const int64_t latency = t.rt->latency_ns.load(std::memory_order_relaxed);
   if (latency >= 0) s.latency = absl::Nanoseconds(latency);
   for (uint32_t ci : t.chains) s.chains.push_back(snap.chains[ci].config.name);

@@ -38,7 +38,7 @@ std::string Describe(failover::Engine& engine) {
     const absl::Status picked = engine.Pick(pick, kNow, &plan, &events);
     out += c.config.name + ":" + c.status.active_target + ":" + c.status.pinned_target + ":" +
            std::to_string(static_cast<int>(c.status.state)) + ":" + std::to_string(picked.ok()) + ":";
-    for (const failover::PlannedAttempt& a : plan.attempts) out += a.target->config.name + ",";
+    for (const failover::PlannedAttempt& a : plan.attempts) out += a.target->config->name + ",";
     out += "\n";
   }
   for (const failover::TargetView& t : engine.ListTargets()) {

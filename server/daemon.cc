@@ -205,7 +205,7 @@ absl::Status Daemon::Start() {
 
   {
     Committer::Scope settled(committer_.get());
-    auto restore = engine_->Restore(*restored, clock_.Now());
+    auto restore = engine_->Restore(std::move(*restored), clock_.Now());
     if (!restore.ok()) {
       return Refuse(absl::StrCat("cannot restore the stored state from ", flags_.data_dir), restore.status());
     }
@@ -215,8 +215,8 @@ absl::Status Daemon::Start() {
   metrics_->AddChains(*engine_->snapshot());
   log::Info("state restored", {{"data_dir", flags_.data_dir},
                                {"instance", store_->instance_id()},
-                               {"targets", restored->targets.size()},
-                               {"chains", restored->chains.size()},
+                               {"targets", engine_->snapshot()->targets.size()},
+                               {"chains", engine_->snapshot()->chains.size()},
                                {"generation", restored->generation},
                                {"next_sequence", restored->next_sequence},
                                {"took", absl::FormatDuration(clock_.Now() - restore_start)}});

@@ -413,7 +413,7 @@ absl::Status AdminService::DoListEvents(const ListEventsRequest& req, ListEvents
   auto snap = ctx_.engine->snapshot();
   for (const std::string& c : chains) {
     if (const ChainEntry* entry = snap->FindChain(c)) {
-      for (const std::string& t : entry->config.targets) targets.insert(t);
+      for (const std::string& t : entry->config->targets) targets.insert(t);
     }
   }
   std::set<EventKind> kinds;

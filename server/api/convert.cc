@@ -139,7 +139,7 @@ void ChainStatusToProto(const ChainStatus& s, v1::ChainStatus* out) {
 }
 
 void AttemptToProto(const PlannedAttempt& a, v1::Attempt* out) {
-  const TargetConfig& t = a.target->config;
+  const TargetConfig& t = *a.target->config;
   out->set_target(t.name);
   out->set_upstream_model(t.UpstreamModel());
   if (!t.labels.empty()) out->mutable_labels()->insert(t.labels.begin(), t.labels.end());

@@ -258,7 +258,7 @@ absl::Status DecisionService::DoProbe(const ProbeRequest& req, ProbeResponse* re
   RETURN_IF_ERROR(changes.Await());
   for (const ProbeTask& t : out.tasks) {
     failover::v1::ProbeTask* task = resp->add_tasks();
-    const TargetConfig& target = t.target->config;
+    const TargetConfig& target = *t.target->config;
     task->set_lease_id(t.lease_id);
     task->set_target(target.name);
     task->set_upstream_model(target.UpstreamModel());

@@ -206,14 +206,14 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
       probed = t.rt->occasional().last_probe;
     }
     if (probed != absl::InfinitePast()) {
-      AddGauge(&last_probe, {{"target", t.config.name}}, static_cast<double>(absl::ToUnixMicros(probed)) / 1e6);
+      AddGauge(&last_probe, {{"target", t.config->name}}, static_cast<double>(absl::ToUnixMicros(probed)) / 1e6);
     }
     const HealthState health = t.rt->Effective();
     const bool usable = health == HealthState::kHealthy || health == HealthState::kUnknown;
-    AddGauge(&up, {{"target", t.config.name}}, usable ? 1 : 0);
+    AddGauge(&up, {{"target", t.config->name}}, usable ? 1 : 0);
     for (int s = 0; s < kHealthStates; ++s) {
       const auto state = static_cast<HealthState>(s);
-      AddGauge(&target_state, {{"state", HealthStateName(state)}, {"target", t.config.name}}, state == health);
+      AddGauge(&target_state, {{"state", HealthStateName(state)}, {"target", t.config->name}}, state == health);
     }
   }
   for (const ChainEntry& c : snap->chains) {
@@ -224,7 +224,7 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
     }
     for (int s = 0; s < kChainStates; ++s) {
       const auto each = static_cast<ChainState>(s);
-      AddGauge(&chain_state, {{"chain", c.config.name}, {"state", ChainStateName(each)}}, each == state);
+      AddGauge(&chain_state, {{"chain", c.config->name}, {"state", ChainStateName(each)}}, each == state);
     }
   }
   return {std::move(up), std::move(target_state), std::move(chain_state), std::move(last_probe)};
@@ -369,7 +369,7 @@ void Metrics::OnEvents(const Events& events) {
 }
 
 void Metrics::AddChains(const Snapshot& snapshot) {
-  for (const ChainEntry& c : snapshot.chains) chain_counters_->Add(c.config.name);
+  for (const ChainEntry& c : snapshot.chains) chain_counters_->Add(c.config->name);
 }
 
 prometheus::Counter& Metrics::ChainCounterLocked(prometheus::Family<prometheus::Counter>& family,

@@ -140,7 +140,7 @@ bool WatchStream::Matches(const Event& e, std::shared_ptr<const Snapshot>* snap)
     const TargetEntry* t = (*snap)->FindTarget(target);
     if (t == nullptr) return false;
     for (uint32_t ci : t->chains) {
-      if (chains_.contains((*snap)->chains[ci].config.name)) return true;
+      if (chains_.contains((*snap)->chains[ci].config->name)) return true;
     }
     return false;
   };

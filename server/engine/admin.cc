@@ -74,9 +74,9 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   bool can_fail_over = false;
   for (uint32_t ci : t->chains) {
     const ChainEntry& c = snap->chains[ci];
-    if (!c.config.failover_enabled) continue;
+    if (!c.config->failover_enabled) continue;
     for (const ChainSlot& other : c.slots) {
-      if (other.target != t && other.target->config.enabled) can_fail_over = true;
+      if (other.target != t && other.target->config->enabled) can_fail_over = true;
     }
   }
   if (!can_fail_over) {

@@ -21,8 +21,8 @@ namespace {
 // target without health settings of its own takes its chains', and they must
 // agree. The refusal names both chains and the first field they differ in,
 // at the path of the object in this request that brought the disagreement.
-absl::Status CheckSharedHealth(const std::map<std::string, TargetConfig>& targets,
-                               const std::map<std::string, ChainConfig>& chains, const ConfigChange& change) {
+absl::Status CheckSharedHealth(const ConfigsByName<TargetConfig>& targets, const ConfigsByName<ChainConfig>& chains,
+                               const ConfigChange& change) {
   auto path_of = [&](const ChainConfig& a, const ChainConfig& b, const std::string& target,
                      const std::string& field) {
     for (size_t i = change.chains.size(); i-- > 0;) {  // the later one in the request
@@ -40,11 +40,12 @@ absl::Status CheckSharedHealth(const std::map<std::string, TargetConfig>& target
     HealthPolicy health;
   };
   std::map<std::string, First> first;  // target -> the first chain (by name) listing it
-  for (const auto& [_, chain] : chains) {
+  for (const auto& [_, shared_chain] : chains.all()) {
+    const ChainConfig& chain = *shared_chain;
     const HealthPolicy health = HealthPolicy::Of(chain.policy);
     for (const std::string& name : chain.targets) {
-      auto t = targets.find(name);
-      if (t == targets.end() || t->second.health) continue;
+      const TargetConfig* t = targets.Find(name);
+      if (t == nullptr || t->health) continue;
       auto [it, inserted] = first.try_emplace(name, First{&chain, health});
       if (inserted) continue;
       const std::vector<HealthPolicy::Difference> differ = it->second.health.Differences(health);
@@ -74,10 +75,8 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   ChangeWriter w(*this);
   w.set_actor(options.actor);
   std::shared_ptr<const Snapshot> cur = Load();
-  std::map<std::string, TargetConfig> targets;
-  std::map<std::string, ChainConfig> chains;
-  for (const TargetEntry& t : cur->targets) targets[t.config.name] = t.config;
-  for (const ChainEntry& c : cur->chains) chains[c.config.name] = c.config;
+  ConfigsByName<TargetConfig> targets(cur->targets);
+  ConfigsByName<ChainConfig> chains(cur->chains);
 
   ApplyResult result;
   // Over the API, an object a config file declares can only be restated as the
@@ -100,7 +99,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     if (!request_names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", t.name, "\" appears twice in this request"));
     }
-    if (chains.count(t.name)) {
+    if (chains.Has(t.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".name: \"", t.name, "\" is already the name of a chain"));
     }
@@ -108,19 +107,19 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
       result.warnings.push_back(absl::StrCat(path, ".warm: has no effect on a remote target (\"", t.name, "\")"));
     }
     ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}, {}};
-    auto it = targets.find(t.name);
-    if (it != targets.end()) {
-      RETURN_IF_ERROR(check_owner(path, "target", &t, it->second));
-      d.changed_fields = ChangedFields(it->second, t);
-      d.details = Details(it->second.Differences(t));
+    const TargetConfig* current = targets.Find(t.name);
+    if (current != nullptr) {
+      RETURN_IF_ERROR(check_owner(path, "target", &t, *current));
+      d.changed_fields = ChangedFields(*current, t);
+      d.details = Details(current->Differences(t));
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }
-    targets[t.name] = std::move(t);
+    if (current == nullptr || !(*current == t)) targets.Put(std::move(t));
     result.changes.push_back(std::move(d));
   }
   auto kind_of = [&](const std::string& name) -> std::string {
-    if (targets.count(name)) return "target";
-    if (chains.count(name)) return "chain";
+    if (targets.Has(name)) return "target";
+    if (chains.Has(name)) return "chain";
     return "";
   };
   for (size_t i = 0; i < change.chains.size(); ++i) {
@@ -131,20 +130,20 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     if (!request_names.insert(c.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", c.name, "\" appears twice in this request"));
     }
-    if (targets.count(c.name)) {
+    if (targets.Has(c.name)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".name: \"", c.name, "\" is already the name of a target"));
     }
     RETURN_IF_ERROR(ValidateChain(c, path, kind_of));
     ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}, {}};
-    auto it = chains.find(c.name);
-    if (it != chains.end()) {
-      RETURN_IF_ERROR(check_owner(path, "chain", &c, it->second));
-      d.changed_fields = ChangedFields(it->second, c);
-      d.details = Details(it->second.Differences(c));
+    const ChainConfig* current = chains.Find(c.name);
+    if (current != nullptr) {
+      RETURN_IF_ERROR(check_owner(path, "chain", &c, *current));
+      d.changed_fields = ChangedFields(*current, c);
+      d.details = Details(current->Differences(c));
       d.change = d.changed_fields.empty() ? ConfigChangeKind::kUnchanged : ConfigChangeKind::kUpdated;
     }
-    chains[c.name] = std::move(c);
+    if (current == nullptr || !(*current == c)) chains.Put(std::move(c));
     result.changes.push_back(std::move(d));
   }
   // A file apply is the whole file-declared config: file objects it no longer
@@ -153,24 +152,24 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   std::vector<std::string> deleted_chains;
   if (options.from_files) {
     for (const ChainEntry& c : cur->chains) {
-      if (!c.config.managed_by.empty() && !request_names.count(c.config.name)) {
-        deleted_chains.push_back(c.config.name);
-        chains.erase(c.config.name);
-        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config.name, ConfigChangeKind::kDeleted, {}, {}});
+      if (!c.config->managed_by.empty() && !request_names.count(c.config->name)) {
+        deleted_chains.push_back(c.config->name);
+        chains.Erase(c.config->name);
+        result.changes.push_back(ConfigDiff{ConfigObject::kChain, c.config->name, ConfigChangeKind::kDeleted, {}, {}});
       }
     }
     for (const TargetEntry& t : cur->targets) {
-      if (t.config.managed_by.empty() || request_names.count(t.config.name)) continue;
-      for (const auto& [name, chain] : chains) {
-        if (std::find(chain.targets.begin(), chain.targets.end(), t.config.name) != chain.targets.end()) {
-          return absl::FailedPreconditionError(absl::StrCat("target \"", t.config.name, "\" was removed from ",
-                                                            t.config.managed_by, " but chain \"", name,
+      if (t.config->managed_by.empty() || request_names.count(t.config->name)) continue;
+      for (const auto& [name, chain] : chains.all()) {
+        if (std::find(chain->targets.begin(), chain->targets.end(), t.config->name) != chain->targets.end()) {
+          return absl::FailedPreconditionError(absl::StrCat("target \"", t.config->name, "\" was removed from ",
+                                                            t.config->managed_by, " but chain \"", name,
                                                             "\" still lists it"));
         }
       }
-      deleted_targets.push_back(t.config.name);
-      targets.erase(t.config.name);
-      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config.name, ConfigChangeKind::kDeleted, {}, {}});
+      deleted_targets.push_back(t.config->name);
+      targets.Erase(t.config->name);
+      result.changes.push_back(ConfigDiff{ConfigObject::kTarget, t.config->name, ConfigChangeKind::kDeleted, {}, {}});
     }
   }
 
@@ -212,17 +211,13 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   m.config_generation = cur->generation + 1;
   for (const ConfigDiff& d : result.changes) {
     if (d.change != ConfigChangeKind::kCreated && d.change != ConfigChangeKind::kUpdated) continue;
-    if (d.what == ConfigObject::kTarget) m.put_targets.push_back(targets.at(d.name));
-    if (d.what == ConfigObject::kChain) m.put_chains.push_back(chains.at(d.name));
+    if (d.what == ConfigObject::kTarget) m.put_targets.push_back(*targets.Find(d.name));
+    if (d.what == ConfigObject::kChain) m.put_chains.push_back(*chains.Find(d.name));
   }
   m.deleted_targets = std::move(deleted_targets);
   m.deleted_chains = std::move(deleted_chains);
 
-  std::vector<TargetConfig> tv;
-  std::vector<ChainConfig> cv;
-  for (auto& [_, t] : targets) tv.push_back(std::move(t));
-  for (auto& [_, c] : chains) cv.push_back(std::move(c));
-  auto next = BuildSnapshot(std::move(tv), std::move(cv), cur->generation + 1, cur.get());
+  auto next = BuildSnapshot(std::move(targets).Take(), std::move(chains).Take(), cur->generation + 1, cur.get());
   result.generation = next->generation;
   for (const ConfigDiff& d : result.changes) {
     if (d.change == ConfigChangeKind::kUnchanged) continue;
@@ -238,19 +233,13 @@ Events Engine::ChangeOneObjectLocked(ChangeWriter& w, const Snapshot& cur, Confi
   Change& m = w.change();
   m.config_generation = cur.generation + 1;
   // The next config: the current one with the change's puts and deletes.
-  std::map<std::string, TargetConfig> targets;
-  std::map<std::string, ChainConfig> chains;
-  for (const TargetEntry& e : cur.targets) targets[e.config.name] = e.config;
-  for (const ChainEntry& e : cur.chains) chains[e.config.name] = e.config;
-  for (const std::string& n : m.deleted_targets) targets.erase(n);
-  for (const std::string& n : m.deleted_chains) chains.erase(n);
-  for (const TargetConfig& t : m.put_targets) targets[t.name] = t;
-  for (const ChainConfig& c : m.put_chains) chains[c.name] = c;
-  std::vector<TargetConfig> tv;
-  std::vector<ChainConfig> cv;
-  for (auto& [_, t] : targets) tv.push_back(std::move(t));
-  for (auto& [_, c] : chains) cv.push_back(std::move(c));
-  auto next = BuildSnapshot(std::move(tv), std::move(cv), m.config_generation, &cur);
+  ConfigsByName<TargetConfig> targets(cur.targets);
+  ConfigsByName<ChainConfig> chains(cur.chains);
+  for (const std::string& n : m.deleted_targets) targets.Erase(n);
+  for (const std::string& n : m.deleted_chains) chains.Erase(n);
+  for (const TargetConfig& t : m.put_targets) targets.Put(t);
+  for (const ChainConfig& c : m.put_chains) chains.Put(c);
+  auto next = BuildSnapshot(std::move(targets).Take(), std::move(chains).Take(), m.config_generation, &cur);
   w.events()->push_back(ConfigEvent(what, std::string(name), change, m.config_generation, now));
   Install(std::move(next), now, w.events());
   Events events;
@@ -264,10 +253,10 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
-  if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
+  if (!t->config->managed_by.empty()) return ManagedElsewhere("", "target", name, t->config->managed_by);
   if (!t->chains.empty()) {
     std::vector<std::string> names;
-    for (uint32_t ci : t->chains) names.push_back(cur->chains[ci].config.name);
+    for (uint32_t ci : t->chains) names.push_back(cur->chains[ci].config->name);
     return absl::FailedPreconditionError(absl::StrCat("target \"", name, "\" is listed by chain(s) ",
                                                       absl::StrJoin(names, ", "), "; remove it from them first"));
   }
@@ -282,7 +271,7 @@ absl::StatusOr<Events> Engine::DeleteChain(absl::string_view name, absl::Time no
   std::shared_ptr<const Snapshot> cur = Load();
   const ChainEntry* c = cur->FindChain(name);
   if (c == nullptr) return NotFound("chain", name);
-  if (!c->config.managed_by.empty()) return ManagedElsewhere("", "chain", name, c->config.managed_by);
+  if (!c->config->managed_by.empty()) return ManagedElsewhere("", "chain", name, c->config->managed_by);
   RETURN_IF_ERROR(RefuseUnlessAccepting());
   w.change().deleted_chains.emplace_back(name);
   return ChangeOneObjectLocked(w, *cur, ConfigObject::kChain, name, ConfigChangeKind::kDeleted, now);
@@ -295,15 +284,15 @@ absl::StatusOr<Events> Engine::SetTargetEnabled(absl::string_view name, bool ena
   std::shared_ptr<const Snapshot> cur = Load();
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
-  if (!t->config.managed_by.empty()) return ManagedElsewhere("", "target", name, t->config.managed_by);
+  if (!t->config->managed_by.empty()) return ManagedElsewhere("", "target", name, t->config->managed_by);
   RETURN_IF_ERROR(RefuseUnlessAccepting());
-  if (t->config.enabled == enabled) return Events{};
-  w.change().put_targets.push_back(t->config);
+  if (t->config->enabled == enabled) return Events{};
+  w.change().put_targets.push_back(*t->config);
   w.change().put_targets.back().enabled = enabled;
   return ChangeOneObjectLocked(w, *cur, ConfigObject::kTarget, name, ConfigChangeKind::kUpdated, now);
 }
 
-absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time now) {
+absl::StatusOr<Events> Engine::Restore(RestoredState state, absl::Time now) {
   ChangeWriter w(*this);
   next_sequence_ = state.next_sequence;
   for (size_t i = 0; i < state.targets.size(); ++i) {
@@ -315,7 +304,11 @@ absl::StatusOr<Events> Engine::Restore(const RestoredState& state, absl::Time no
     RETURN_IF_ERROR(ValidateChain(state.chains[i], absl::StrCat("stored chains[", i, "]"),
                                   [&](const std::string& n) { return names.count(n) ? "target" : ""; }));
   }
-  auto next = BuildSnapshot(state.targets, state.chains, state.generation, nullptr);
+  std::vector<std::shared_ptr<const TargetConfig>> targets;
+  std::vector<std::shared_ptr<const ChainConfig>> chains;
+  for (TargetConfig& t : state.targets) targets.push_back(std::make_shared<TargetConfig>(std::move(t)));
+  for (ChainConfig& c : state.chains) chains.push_back(std::make_shared<ChainConfig>(std::move(c)));
+  auto next = BuildSnapshot(std::move(targets), std::move(chains), state.generation, nullptr);
   Events ignored;  // restoring is not a change
   for (const TargetStateRecord& r : state.health) {
     const TargetEntry* t = next->FindTarget(r.name);

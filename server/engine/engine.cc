@@ -112,7 +112,7 @@ absl::Status Engine::RefuseUnlessAccepting() const {
 TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
   const TargetRuntime& rt = *t.rt;
   TargetStateRecord r;
-  r.name = t.config.name;
+  r.name = t.config->name;
   r.automatic = rt.health.state();
   r.since = rt.health.since();
   r.trips = rt.health.trips();
@@ -129,7 +129,7 @@ TargetStateRecord Engine::RecordOf(const TargetEntry& t) const {
 
 ChainStateRecord Engine::RecordOf(const ChainEntry& c) const {
   const ChainRuntime& rt = *c.rt;
-  return ChainStateRecord{c.config.name, rt.active, rt.state, rt.active_since, rt.last_switch};
+  return ChainStateRecord{c.config->name, rt.active, rt.state, rt.active_since, rt.last_switch};
 }
 
 std::shared_ptr<const Snapshot> Engine::Load() const {
@@ -140,24 +140,27 @@ std::shared_ptr<const Snapshot> Engine::Load() const {
 std::shared_ptr<const Snapshot> Engine::snapshot() const { return Load(); }
 uint64_t Engine::generation() const { return Load()->generation; }
 
-std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains,
+std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<const TargetConfig>> targets,
+                                                std::vector<std::shared_ptr<const ChainConfig>> chains,
                                                 uint64_t generation, const Snapshot* previous) const {
   auto snap = std::make_shared<Snapshot>();
   snap->generation = generation;
-  std::sort(targets.begin(), targets.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  std::sort(chains.begin(), chains.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  auto by_name = [](const auto& a, const auto& b) { return a->name < b->name; };
+  std::sort(targets.begin(), targets.end(), by_name);
+  std::sort(chains.begin(), chains.end(), by_name);
   snap->targets.reserve(targets.size());
-  for (TargetConfig& t : targets) {
+  for (std::shared_ptr<const TargetConfig>& config : targets) {
     TargetEntry e;
-    e.config = std::move(t);
-    e.seed = absl::HashOf(e.config.name);
-    const TargetEntry* old = previous ? previous->FindTarget(e.config.name) : nullptr;
+    e.config = std::move(config);
+    e.seed = absl::HashOf(e.config->name);
+    const TargetEntry* old = previous ? previous->FindTarget(e.config->name) : nullptr;
     e.rt = old ? old->rt : std::make_shared<TargetRuntime>();
-    e.config_generation = old && old->config == e.config ? old->config_generation : generation;
+    const bool same = old && (old->config == e.config || *old->config == *e.config);
+    e.config_generation = same ? old->config_generation : generation;
     const auto index = static_cast<uint32_t>(snap->targets.size());
-    if (e.config.limit_rpm > 0) snap->rpm_capped.push_back(index);
+    if (e.config->limit_rpm > 0) snap->rpm_capped.push_back(index);
     snap->targets.push_back(std::move(e));  // reserved: entries stay where they are
-    snap->target_index[snap->targets.back().config.name] = index;
+    snap->target_index[snap->targets.back().config->name] = index;
   }
   std::vector<bool> has_settings(snap->targets.size(), false);
   absl::flat_hash_map<HealthSettings, std::shared_ptr<const HealthSettings>> settings;
@@ -171,45 +174,62 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<TargetConfig> target
   // rule set once. A compiled rule set is several KiB.
   absl::flat_hash_map<std::string, std::shared_ptr<const FailoverRules>> compiled;
   // Chains restored or applied one by one each bring their own copy of a
-  // policy that others hold alike (360 bytes a chain): keep one of each.
+  // policy that others hold alike (360 bytes a chain): keep one of each. The
+  // configs the previous snapshot had were interned then, and shared with it
+  // they are read-only: their policies go in first.
   absl::flat_hash_set<std::shared_ptr<const Policy>, PolicyHash, PolicyEq> policies;
-  for (ChainConfig& c : chains) {
+  for (const std::shared_ptr<const ChainConfig>& c : chains) {
+    const ChainEntry* old = previous ? previous->FindChain(c->name) : nullptr;
+    if (old != nullptr && old->config == c) policies.insert(c->policy.shared());
+  }
+  for (std::shared_ptr<const ChainConfig>& config : chains) {
+    const std::shared_ptr<const Policy>& policy = *policies.insert(config->policy.shared()).first;
+    if (policy != config->policy.shared()) {
+      // Only a config new in this change has a policy not yet interned, and
+      // only this change holds it (ConfigsByName made it, not const).
+      if (config.use_count() == 1) {
+        const_cast<ChainConfig&>(*config).policy = Shared<Policy>(policy);
+      } else {
+        auto copy = std::make_shared<ChainConfig>(*config);
+        copy->policy = Shared<Policy>(policy);
+        config = std::move(copy);
+      }
+    }
     ChainEntry e;
-    e.config = std::move(c);
-    e.config.policy = Shared<Policy>(*policies.insert(e.config.policy.shared()).first);
-    const Policy& p = e.config.policy;
+    e.config = std::move(config);
+    const Policy& p = e.config->policy;
     std::shared_ptr<const FailoverRules>& rules = compiled[FailoverRules::InputsOf(p)];
     if (rules == nullptr) {
       rules = std::make_shared<const FailoverRules>(FailoverRules::Compile(p, "policy").value());  // validated before
     }
     e.rules = rules;
-    e.hot = ChainHot{e.config.strategy, e.config.failover_enabled, e.config.policy->max_attempts,
-                     e.config.policy->max_replay_bytes, e.config.policy->recovery_min_dwell,
-                     e.config.policy->latency_explore, e.config.policy->retry_budget_ratio,
-                     e.config.policy->retry_budget_min_per_second, e.config.policy->hedge_after};
+    e.hot = ChainHot{e.config->strategy, e.config->failover_enabled, e.config->policy->max_attempts,
+                     e.config->policy->max_replay_bytes, e.config->policy->recovery_min_dwell,
+                     e.config->policy->latency_explore, e.config->policy->retry_budget_ratio,
+                     e.config->policy->retry_budget_min_per_second, e.config->policy->hedge_after};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
-    for (const std::string& name : e.config.targets) {
+    for (const std::string& name : e.config->targets) {
       const uint32_t ti = snap->target_index.at(name);
       TargetEntry& t = snap->targets[ti];
-      e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config.limit_rpm, t.config.HasHealthCheck()});
+      e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config->limit_rpm, t.config->HasHealthCheck()});
       t.chains.push_back(chain_index);
       // A target without settings of its own takes its chains', on which an
       // apply made them agree (CheckSharedHealth). State stored by an older
       // version may still disagree: then the first chain by name decides.
       if (!has_settings[ti]) {
-        t.health = intern(HealthSettings::From(t.config.health.value_or(HealthPolicy::Of(e.config.policy)),
-                                               t.config, options_.probe_jitter));
+        t.health = intern(HealthSettings::From(t.config->health.value_or(HealthPolicy::Of(e.config->policy)),
+                                               *t.config, options_.probe_jitter));
         has_settings[ti] = true;
       }
     }
-    const ChainEntry* old = previous ? previous->FindChain(e.config.name) : nullptr;
+    const ChainEntry* old = previous ? previous->FindChain(e.config->name) : nullptr;
     e.rt = old ? old->rt : std::make_shared<ChainRuntime>();
     snap->chains.push_back(std::move(e));  // reserved: entries stay where they are
-    snap->chain_index[snap->chains.back().config.name] = chain_index;
+    snap->chain_index[snap->chains.back().config->name] = chain_index;
   }
   for (size_t i = 0; i < snap->targets.size(); ++i) {
     if (!has_settings[i]) {
-      const TargetConfig& config = snap->targets[i].config;
+      const TargetConfig& config = *snap->targets[i].config;
       snap->targets[i].health =
           intern(HealthSettings::From(config.health.value_or(HealthPolicy()), config, options_.probe_jitter));
     }
@@ -228,7 +248,7 @@ void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* eve
     // fits: its result will be ignored, and a new one may be handed out now.
     if (t.config_generation == next->generation) t.rt->VoidLease();
     const HealthState before = t.rt->Effective();
-    PublishLocked(t, before, Source::kConfig, t.config.enabled ? "enabled" : "disabled", now, events);
+    PublishLocked(t, before, Source::kConfig, t.config->enabled ? "enabled" : "disabled", now, events);
   }
   EvalContext ctx;
   ctx.reason = SwitchReason::kConfig;
@@ -241,7 +261,7 @@ void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* eve
 void Engine::PublishLocked(const TargetEntry& t, HealthState before, Source source, const std::string& reason,
                            absl::Time now, Events* events) {
   TargetRuntime& rt = *t.rt;
-  const HealthState after = !t.config.enabled ? HealthState::kDisabled
+  const HealthState after = !t.config->enabled ? HealthState::kDisabled
                             : rt.manual       ? HealthState::kManual
                                               : rt.health.state();
   rt.effective.store(static_cast<uint8_t>(after), std::memory_order_release);
@@ -253,7 +273,7 @@ void Engine::PublishLocked(const TargetEntry& t, HealthState before, Source sour
   Event e;
   e.kind = EventKind::kTargetState;
   e.time = now;
-  e.target = t.config.name;
+  e.target = t.config->name;
   e.from_health = before;
   e.to_health = after;
   e.source = source;
@@ -286,7 +306,7 @@ Engine::ChainDecision Engine::DecideChainLocked(const Snapshot& snap, const Chai
     d.state = ChainState::kPinned;
   } else if (first_usable < 0) {
     // Degraded: keep the active target; plans try everything in order.
-    d.active = current >= 0 ? &rt.active : &entry(0).config.name;
+    d.active = current >= 0 ? &rt.active : &entry(0).config->name;
     d.state = ChainState::kDegraded;
   } else {
     int next = current;
@@ -296,7 +316,7 @@ Engine::ChainDecision Engine::DecideChainLocked(const Snapshot& snap, const Chai
       // Back up only to a recovered target, and only after the dwell.
       const bool dwell_passed = now - rt.active_since >= chain.hot.min_dwell;
       for (int i = 0; i < current; ++i) {
-        const bool waived = !ctx.waive_dwell_for.empty() && entry(i).config.name == ctx.waive_dwell_for;
+        const bool waived = !ctx.waive_dwell_for.empty() && entry(i).config->name == ctx.waive_dwell_for;
         if (!IsUsable(health(i))) continue;
         if (waived || (health(i) == HealthState::kHealthy && dwell_passed)) {
           next = i;
@@ -305,7 +325,7 @@ Engine::ChainDecision Engine::DecideChainLocked(const Snapshot& snap, const Chai
         }
       }
     }
-    d.active = &entry(next).config.name;
+    d.active = &entry(next).config->name;
     d.state = next == 0 ? ChainState::kPrimary : ChainState::kFallback;
   }
   d.changes = !rt.initialized || *d.active != rt.active || d.state != rt.state;
@@ -321,7 +341,7 @@ void Engine::EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, 
   Event e;
   e.kind = EventKind::kChainSwitched;
   e.time = now;
-  e.chain = chain.config.name;
+  e.chain = chain.config->name;
   e.from_target = rt.initialized ? rt.active : "";
   e.to_target = *d.active;
   e.from_chain_state = rt.state;
@@ -356,7 +376,7 @@ void Engine::ApplyTimePassed(const Snapshot& snap, const TargetEntry& t, absl::T
   }
   EvalContext ctx;
   ctx.reason = SwitchReason::kRecovery;
-  ctx.detail = absl::StrCat(t.config.name, " ", tr.reason);
+  ctx.detail = absl::StrCat(t.config->name, " ", tr.reason);
   EvaluateChainsOf(snap, t, now, ctx, events);
 }
 
@@ -378,7 +398,7 @@ void Engine::Tick(absl::Time now, Events* events) {
   for (const TargetEntry& t : snap->targets) {
     if (ComesBackNow(t, now)) ApplyTimePassed(*snap, t, now, w.events());
     // Errors and holds outcomes changed without a Change: saved, and so replicated, now.
-    if (RecordUnsaved(t)) w.TouchTarget(t.config.name);
+    if (RecordUnsaved(t)) w.TouchTarget(t.config->name);
   }
   for (const ChainEntry& c : snap->chains) {
     std::lock_guard<std::mutex> lock(c.rt->mu);

@@ -187,7 +187,9 @@ struct ChainRuntime {
 // ---------------------------------------------------------------------------
 
 struct TargetEntry {
-  TargetConfig config;
+  // Shared with the snapshots before and after this one while unchanged: an
+  // apply of one object copies no other object's config.
+  std::shared_ptr<const TargetConfig> config;
   // The config generation in which this target's config last changed; probe
   // results from before it are stale.
   uint64_t config_generation = 0;
@@ -223,7 +225,7 @@ struct ChainEntry {
   ChainHot hot;
   std::vector<ChainSlot> slots;  // the chain's targets in declared order, hot fields only
   std::shared_ptr<ChainRuntime> rt;
-  ChainConfig config;
+  std::shared_ptr<const ChainConfig> config;  // shared as TargetEntry::config is
   // Compiled from the policy; chains whose policies classify alike share one.
   std::shared_ptr<const FailoverRules> rules;
 };
@@ -450,8 +452,9 @@ class Engine {
   // events of chains that had to settle (no stored state, or state that no
   // longer fits the config); none for a clean restore. An engine not
   // accepting changes (a cluster replica before it follows the log) settles
-  // nothing: it keeps the stored state and submits no Change.
-  [[nodiscard]] absl::StatusOr<Events> Restore(const RestoredState& state, absl::Time now);
+  // nothing: it keeps the stored state and submits no Change. The configs
+  // are moved out of `state`: pass it moved when it is not needed after.
+  [[nodiscard]] absl::StatusOr<Events> Restore(RestoredState state, absl::Time now);
 
   // --- following another engine (DESIGN 3.13) ---
   // Applies a Change another engine made (failoverd's, seen through
@@ -587,7 +590,8 @@ class Engine {
   };
 
   std::shared_ptr<const Snapshot> Load() const;
-  std::shared_ptr<Snapshot> BuildSnapshot(std::vector<TargetConfig> targets, std::vector<ChainConfig> chains,
+  std::shared_ptr<Snapshot> BuildSnapshot(std::vector<std::shared_ptr<const TargetConfig>> targets,
+                                          std::vector<std::shared_ptr<const ChainConfig>> chains,
                                           uint64_t generation, const Snapshot* previous) const;
   // Builds and installs the next snapshot from `cur` and the puts and deletes
   // already in `w`'s change (one object), and finishes the change; returns the

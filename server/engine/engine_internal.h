@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -15,6 +18,50 @@ namespace failover::internal {
 
 inline constexpr size_t kMaxSessions = 10000;
 inline constexpr int64_t kNanosPerMinute = 60'000'000'000;
+
+// One kind of object (targets or chains) of the config a change is building,
+// by name. It starts as the current snapshot's objects and shares their
+// configs: a change copies only the objects it puts, whatever the config's
+// size. Each key views the name inside its own config, which the map holds.
+template <class Config>
+class ConfigsByName {
+ public:
+  using Ptr = std::shared_ptr<const Config>;
+
+  template <class Entries>
+  explicit ConfigsByName(const Entries& entries) {
+    for (const auto& e : entries) by_name_.emplace_hint(by_name_.end(), e.config->name, e.config);
+  }
+
+  const Config* Find(absl::string_view name) const {
+    auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second.get();
+  }
+  bool Has(absl::string_view name) const { return by_name_.contains(name); }
+  size_t size() const { return by_name_.size(); }
+  void Put(Ptr config) {
+    by_name_.erase(config->name);  // its key views the config it replaces
+    const absl::string_view name = config->name;
+    by_name_.emplace(name, std::move(config));
+  }
+  // Made as a Config, not a const one: BuildSnapshot may set the policy of a
+  // config that nothing else holds yet.
+  void Put(Config config) { Put(std::make_shared<Config>(std::move(config))); }
+  void Erase(absl::string_view name) { by_name_.erase(name); }
+
+  // In name order.
+  const absl::btree_map<absl::string_view, Ptr>& all() const { return by_name_; }
+  std::vector<Ptr> Take() && {
+    std::vector<Ptr> out;
+    out.reserve(by_name_.size());
+    for (auto& [_, config] : by_name_) out.push_back(std::move(config));
+    by_name_.clear();
+    return out;
+  }
+
+ private:
+  absl::btree_map<absl::string_view, Ptr> by_name_;
+};
 
 inline bool IsUsable(HealthState h) { return h == HealthState::kHealthy || h == HealthState::kUnknown; }
 

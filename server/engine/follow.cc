@@ -25,34 +25,27 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   for (const ManualFailoverRecord& m : change.manual) touched.insert(m.target);
   for (const TargetStateRecord& r : change.targets) touched.insert(r.name);
   if (change.config_generation != 0) {
-    std::map<std::string, TargetConfig> targets;
-    std::map<std::string, ChainConfig> chains;
-    for (const TargetEntry& t : snap->targets) targets[t.config.name] = t.config;
-    for (const ChainEntry& c : snap->chains) chains[c.config.name] = c.config;
-    for (const std::string& name : change.deleted_targets) targets.erase(name);
-    for (const std::string& name : change.deleted_chains) chains.erase(name);
+    ConfigsByName<TargetConfig> targets(snap->targets);
+    ConfigsByName<ChainConfig> chains(snap->chains);
+    for (const std::string& name : change.deleted_targets) targets.Erase(name);
+    for (const std::string& name : change.deleted_chains) chains.Erase(name);
     for (size_t i = 0; i < change.put_targets.size(); ++i) {
       RETURN_IF_ERROR(ValidateTarget(change.put_targets[i], absl::StrCat("put_targets[", i, "]")));
-      targets[change.put_targets[i].name] = change.put_targets[i];
+      targets.Put(change.put_targets[i]);
     }
-    for (size_t i = 0; i < change.put_chains.size(); ++i) chains[change.put_chains[i].name] = change.put_chains[i];
-    std::vector<TargetConfig> target_list;
-    std::vector<ChainConfig> chain_list;
-    for (auto& [_, t] : targets) target_list.push_back(std::move(t));
-    for (auto& [_, c] : chains) {
-      // (The map still has every target's name; only the configs moved out.)
-      RETURN_IF_ERROR(ValidateChain(c, absl::StrCat("chain \"", c.name, "\""),
-                                    [&](const std::string& n) { return targets.count(n) != 0 ? "target" : ""; }));
-      chain_list.push_back(std::move(c));
+    for (const ChainConfig& c : change.put_chains) chains.Put(c);
+    for (const auto& [_, c] : chains.all()) {
+      RETURN_IF_ERROR(ValidateChain(*c, absl::StrCat("chain \"", c->name, "\""),
+                                    [&](const std::string& n) { return targets.Has(n) ? "target" : ""; }));
     }
-    std::shared_ptr<Snapshot> next =
-        BuildSnapshot(std::move(target_list), std::move(chain_list), change.config_generation, snap.get());
+    std::shared_ptr<Snapshot> next = BuildSnapshot(std::move(targets).Take(), std::move(chains).Take(),
+                                                   change.config_generation, snap.get());
     {
       std::lock_guard<std::shared_mutex> lock(snapshot_mu_);
       snapshot_ = next;
     }
     for (const TargetEntry& t : next->targets) {
-      touched.insert(t.config.name);
+      touched.insert(t.config->name);
       std::lock_guard<std::mutex> lock(t.rt->mu);
       if (t.config_generation == next->generation) t.rt->VoidLease();
     }
@@ -112,8 +105,8 @@ absl::Status Engine::ResetTo(const RestoredState& state, absl::Time now) {
   std::set<std::string> chains;
   {
     std::shared_ptr<const Snapshot> snap = Load();
-    for (const TargetEntry& t : snap->targets) targets.insert(t.config.name);
-    for (const ChainEntry& c : snap->chains) chains.insert(c.config.name);
+    for (const TargetEntry& t : snap->targets) targets.insert(t.config->name);
+    for (const ChainEntry& c : snap->chains) chains.insert(c.config->name);
   }
   RETURN_IF_ERROR(ApplyChange(ReplaceWith(state, targets, chains), now));
   std::lock_guard<std::mutex> writer(writer_mu_);

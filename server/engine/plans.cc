@@ -75,8 +75,8 @@ std::vector<Engine::RpmUse> Engine::RpmUses(int64_t minute) const {
   for (const uint32_t index : snap->rpm_capped) {
     const TargetEntry& t = snap->targets[index];
     RpmUse& use = uses.emplace_back();
-    use.target = t.config.name;
-    use.cap = t.config.limit_rpm;
+    use.target = t.config->name;
+    use.cap = t.config->limit_rpm;
     use.used = UsedIn(*t.rt, minute);
     const std::optional<uint32_t> granted = GrantFor(*t.rt, minute);
     use.has_grant = granted.has_value();
@@ -89,7 +89,7 @@ std::vector<Engine::RpmUse> Engine::RpmUses(int64_t minute) const {
 uint32_t Engine::RpmCap(absl::string_view target) const {
   const std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(target);
-  return t == nullptr ? 0 : t->config.limit_rpm;
+  return t == nullptr ? 0 : t->config->limit_rpm;
 }
 
 uint32_t Engine::RpmUsed(absl::string_view target, int64_t minute) const {
@@ -99,7 +99,7 @@ uint32_t Engine::RpmUsed(absl::string_view target, int64_t minute) const {
 }
 
 void Engine::CountRequest(const TargetEntry& t, absl::Time now) {
-  if (t.config.limit_rpm == 0) return;
+  if (t.config->limit_rpm == 0) return;
   const int64_t minute = absl::ToUnixNanos(now) / kNanosPerMinute;
   int64_t seen = t.rt->rpm_minute.load(std::memory_order_relaxed);
   if (seen != minute && t.rt->rpm_minute.compare_exchange_strong(seen, minute)) {
@@ -148,12 +148,12 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   if (!rt.pinned.empty()) {
     const int p = PositionIn(chain, snap, rt.pinned);
     if (p < 0) return absl::InternalError(absl::StrCat("pinned target \"", rt.pinned, "\" not in chain"));
-    if (!entry(p).config.enabled) {
-      return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name, "\" is pinned to \"", rt.pinned,
+    if (!entry(p).config->enabled) {
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned,
                                                  "\", which is disabled"));
     }
     if (exclude_mask & Bit(p)) {
-      return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name, "\" is pinned to \"", rt.pinned,
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned,
                                                  "\", which was already tried"));
     }
     push(p);
@@ -196,27 +196,27 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
         int64_t total = 0;
         int64_t best_weight = INT64_MIN;
         for (size_t i = 0; i < n; ++i) {
-          if (!(eligible & Bit(i)) || entry(i).config.weight == 0) continue;
-          const int64_t w = entry(i).config.weight;
+          if (!(eligible & Bit(i)) || entry(i).config->weight == 0) continue;
+          const int64_t w = entry(i).config->weight;
           total += w;
-          int64_t& current = rr.current[entry(i).config.name];
+          int64_t& current = rr.current[entry(i).config->name];
           current += w;
           if (current > best_weight) {
             best_weight = current;
             first = static_cast<int>(i);
           }
         }
-        if (first >= 0) rr.current[entry(first).config.name] -= total;
+        if (first >= 0) rr.current[entry(first).config->name] -= total;
       }
       if (!session_key.empty() && first >= 0) {
         if (rr.sessions.size() >= kMaxSessions) rr.sessions.clear();
-        rr.sessions[session_key] = entry(first).config.name;
+        rr.sessions[session_key] = entry(first).config->name;
       }
     } else if (strategy == Strategy::kLeastLatency) {
       first = LeastLatencyFirst(chain, eligible);
     } else if (strategy == Strategy::kLowestCost) {
       for (size_t i = 0; i < n; ++i) {
-        if ((eligible & Bit(i)) && (first < 0 || entry(i).config.cost < entry(first).config.cost)) {
+        if ((eligible & Bit(i)) && (first < 0 || entry(i).config->cost < entry(first).config->cost)) {
           first = static_cast<int>(i);
         }
       }
@@ -242,10 +242,10 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   std::vector<std::string> why;
   for (size_t i = 0; i < n; ++i) {
     const HealthState h = chain.slots[i].rt->Effective();
-    why.push_back(absl::StrCat(entry(i).config.name, " (",
+    why.push_back(absl::StrCat(entry(i).config->name, " (",
                                (exclude_mask & Bit(i)) ? "excluded" : HealthStateName(h), ")"));
   }
-  return absl::UnavailableError(absl::StrCat("chain \"", chain.config.name,
+  return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name,
                                              "\" has no target to try: ", absl::StrJoin(why, ", ")));
 }
 
@@ -320,7 +320,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   plan->hedge_after = cap >= 2 ? chain->hot.hedge_after : absl::ZeroDuration();
   CountRequest(*plan->attempts.front().target, now);
   plan->generation = snap->generation;
-  MakeDecisionId(chain->config.name, exclude_mask, single, now, &plan->decision_id);
+  MakeDecisionId(chain->config->name, exclude_mask, single, now, &plan->decision_id);
   plan->snapshot = std::move(snap);
   return absl::OkStatus();
 }

@@ -38,7 +38,7 @@ std::string CheckLine(ProbeOutcome outcome, const std::string& failure, absl::Du
 
 absl::Time Engine::ProbeDueLocked(const TargetEntry& t, absl::Time now) const {
   const TargetRuntime& rt = *t.rt;
-  if (!t.config.enabled || !t.health->has_health_check) return absl::InfiniteFuture();
+  if (!t.config->enabled || !t.health->has_health_check) return absl::InfiniteFuture();
   // One lease at a time; a lease holds until strictly after its expiry.
   if (rt.LeasedAt(now)) return absl::InfiniteFuture();
   if (rt.probe_now) return now;
@@ -64,7 +64,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     ++response->ignored;
     return true;
   }
-  const bool warm_local = t->config.kind == TargetKind::kLocal && t->config.warm;
+  const bool warm_local = t->config->kind == TargetKind::kLocal && t->config->warm;
   HealthTransition tr;
   bool changed = false;
   {
@@ -104,9 +104,9 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
     if (transitions && events == nullptr && accepting_changes()) return false;
     rt.VoidLease();
     ++response->accepted;
-    response->checks.push_back(AcceptedCheck{&result, t->config.name, outcome, rt.lease_recovery});
+    response->checks.push_back(AcceptedCheck{&result, t->config->name, outcome, rt.lease_recovery});
     rt.SetLastCheck(now, CheckLine(outcome, summary, result.latency));
-    observed->insert(t->config.name);
+    observed->insert(t->config->name);
     if (outcome == ProbeOutcome::kFail) {
       rt.last_error = absl::StrCat("probe: ", summary);
       rt.last_error_time = now;
@@ -118,7 +118,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
   if (changed) {
     EvalContext ctx;
     ctx.reason = IsUsable(tr.to) ? SwitchReason::kRecovery : SwitchReason::kTrip;
-    ctx.detail = absl::StrCat(t->config.name, " probe: ", tr.reason);
+    ctx.detail = absl::StrCat(t->config->name, " probe: ", tr.reason);
     EvaluateChainsOf(snap, *t, now, ctx, events);
   }
   return true;
@@ -155,7 +155,7 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
     }
     ProbeTask task;
     // Unguessable, so a prober cannot answer for a lease it was not given.
-    task.lease_id = absl::StrCat(absl::Hex(Random(), absl::kZeroPad16), ":", t.config.name);
+    task.lease_id = absl::StrCat(absl::Hex(Random(), absl::kZeroPad16), ":", t.config->name);
     task.target = &t;
     task.kind = rt.health.state() == HealthState::kRecovering ? ProbeKind::kRecovery : ProbeKind::kLiveness;
     task.timeout = t.health->probe_timeout;
@@ -180,11 +180,11 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNow(absl::string_view targ
   if (!target.empty() && snap->FindTarget(target) == nullptr) return NotFound("target", target);
   std::vector<std::string> made_due;
   for (const TargetEntry& t : snap->targets) {
-    if (!target.empty() && t.config.name != target) continue;
-    if (!t.config.enabled || !t.health->has_health_check) continue;
+    if (!target.empty() && t.config->name != target) continue;
+    if (!t.config->enabled || !t.health->has_health_check) continue;
     std::lock_guard<std::mutex> lock(t.rt->mu);
     t.rt->probe_now = true;
-    made_due.push_back(t.config.name);
+    made_due.push_back(t.config->name);
   }
   if (!target.empty() && made_due.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -104,7 +104,7 @@ class PolicyRun::Impl {
     ProbeResponse response;
     Events events;
     if (engine_.Probe(request, now, &response, &events).ok()) {
-      for (const ProbeTask& task : response.tasks) leases_[task.target->config.name] = task.lease_id;
+      for (const ProbeTask& task : response.tasks) leases_[task.target->config->name] = task.lease_id;
     }
     Take(events);
   }
@@ -156,7 +156,7 @@ class PolicyRun::Impl {
     Events events;
     if (!engine_.Pick(pick, now, &plan, &events).ok()) return "";
     Take(events);
-    return plan.attempts.empty() ? "" : plan.attempts[0].target->config.name;
+    return plan.attempts.empty() ? "" : plan.attempts[0].target->config->name;
   }
 
   // Where each target's current run of failures began: the same for every

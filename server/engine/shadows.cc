@@ -10,7 +10,7 @@ namespace {
 std::vector<TargetConfig> TargetsOf(const ChainEntry& chain) {
   std::vector<TargetConfig> out;
   out.reserve(chain.slots.size());
-  for (const ChainSlot& slot : chain.slots) out.push_back(slot.target->config);
+  for (const ChainSlot& slot : chain.slots) out.push_back(*slot.target->config);
   return out;
 }
 
@@ -23,18 +23,18 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
   generation_ = snapshot.generation;
   std::set<Key> wanted;
   for (const ChainEntry& chain : snapshot.chains) {
-    if (chain.config.shadows.empty()) continue;
+    if (chain.config->shadows.empty()) continue;
     const std::vector<TargetConfig> targets = TargetsOf(chain);
-    for (const ShadowPolicy& shadow : chain.config.shadows) {
-      const Key key{chain.config.name, shadow.name};
+    for (const ShadowPolicy& shadow : chain.config->shadows) {
+      const Key key{chain.config->name, shadow.name};
       wanted.insert(key);
       ReplayInput setup;
-      setup.chain = chain.config;
+      setup.chain = *chain.config;
       setup.chain.shadows.clear();
       setup.targets = targets;
       setup.from = now;
       // A flap is measured as simulate measures it: against the live dwell.
-      setup.flap_window = chain.config.policy->recovery_min_dwell;
+      setup.flap_window = chain.config->policy->recovery_min_dwell;
       setup = WithPolicy(std::move(setup), shadow.policy);
       auto it = runs_.find(key);
       // Unchanged by this generation (another chain, the live policy alone): the run goes on.
@@ -51,7 +51,7 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
       r.setup = std::move(setup);
       r.run = std::move(*run);
       r.status = ShadowStatus();
-      r.status.chain = chain.config.name;
+      r.status.chain = chain.config->name;
       r.status.shadow = shadow.name;
       r.status.since = now;
       Take(r, nullptr);  // the first pick's initial switch sets where the chain is

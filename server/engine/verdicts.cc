@@ -42,19 +42,19 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   const int position = chain ? PositionOf(*chain, *target) : -1;
   if (chain != nullptr && position < 0) {
     return absl::InvalidArgumentError(absl::StrCat("target: \"", req.target, "\" is not a target of chain \"",
-                                                   chain->config.name, "\""));
+                                                   chain->config->name, "\""));
   }
   static const FailoverRules* const kDefaultRules = new FailoverRules();
   static const Policy* const kDefaultPolicy = new Policy();
   const FailoverRules& rules = chain ? *chain->rules : *kDefaultRules;
-  const Policy& policy = chain ? *chain->config.policy : *kDefaultPolicy;
+  const Policy& policy = chain ? *chain->config->policy : *kDefaultPolicy;
 
   const Classification c = rules.Classify(req.facts);
   out->reason = c.reason;
   out->classified = c.reason;
   out->counted = c.counts;
   out->decision_known = known;
-  out->chain = chain != nullptr ? chain->config.name : "";
+  out->chain = chain != nullptr ? chain->config->name : "";
   const std::string summary = req.facts.success ? "" : FailoverRules::Summarize(req.facts);
   // A rate limit that resets later than the target's max_hold (a per-day
   // quota) takes it DOWN until the reset instead of holding it.
@@ -178,11 +178,11 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
         if (changed) PublishLocked(*t, before, Source::kAuto, tr.reason, now, w.events());
         out->target_health = t->rt->Effective();
       }
-      if (changed || held) w.TouchTarget(t->config.name);
+      if (changed || held) w.TouchTarget(t->config->name);
       if (changed) {
         EvalContext ctx;
         ctx.reason = IsUsable(tr.to) ? SwitchReason::kRecovery : SwitchReason::kTrip;
-        ctx.detail = absl::StrCat(t->config.name, " ", tr.reason);
+        ctx.detail = absl::StrCat(t->config->name, " ", tr.reason);
         EvaluateChainsOf(*current, *t, now, ctx, w.events());
       }
     }
@@ -207,34 +207,34 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
   DecisionRecord record;
   if (!known || !decisions_->Get(id.seq, &record)) record.tried_mask = known ? id.exclude_mask : 0;
   if (position >= 0) record.tried_mask |= Bit(position);
-  record.AddFailure(target->config.name, summary);
+  record.AddFailure(target->config->name, summary);
 
-  const uint32_t retries_used = record.retries_used[target->config.name];
+  const uint32_t retries_used = record.retries_used[target->config->name];
   // Same-target retries (and rate-limit waits) only while the target stays
   // usable: one that this report took out (it tripped) or that an admin took
   // out (MANUAL, DISABLED) is not tried again (DESIGN 3.5).
   const bool stays_usable = IsUsable(out->target_health);
   if (!c.moves_on) {
     out->verdict = Verdict::kFail;
-    out->error = absl::StrCat(target->config.name, ": ", summary);
+    out->error = absl::StrCat(target->config->name, ": ", summary);
   } else if (stays_usable && c.reason == Reason::kRateLimit && policy.rate_limit_on == RateLimitMode::kWait) {
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = std::min(
         req.facts.retry_after > absl::ZeroDuration() ? req.facts.retry_after : target->health->rate_limit_hold,
         target->health->rate_limit_max_hold);
   } else if (stays_usable && retries_used < c.same_target_retries) {
-    record.retries_used[target->config.name] = retries_used + 1;
+    record.retries_used[target->config->name] = retries_used + 1;
     out->verdict = Verdict::kRetrySame;
     out->retry_delay = req.facts.retry_after > absl::ZeroDuration()
                            ? std::min(req.facts.retry_after, target->health->rate_limit_max_hold)
                            : absl::Milliseconds(250) * (1 << std::min<uint32_t>(retries_used, 5));
   } else if (chain == nullptr) {
     out->verdict = Verdict::kFail;
-    out->error = absl::StrCat(target->config.name, ": ", summary, " (no chain known for this report)");
-  } else if ((known && id.single_attempt) || !chain->config.failover_enabled) {
+    out->error = absl::StrCat(target->config->name, ": ", summary, " (no chain known for this report)");
+  } else if ((known && id.single_attempt) || !chain->config->failover_enabled) {
     out->verdict = Verdict::kFail;
-    out->error = absl::StrCat(target->config.name, ": ", summary,
-                              !chain->config.failover_enabled ? " (failover disabled for this chain)"
+    out->error = absl::StrCat(target->config->name, ": ", summary,
+                              !chain->config->failover_enabled ? " (failover disabled for this chain)"
                                                               : " (request too large to replay)");
   } else {
     const uint64_t excluded = known ? id.exclude_mask : 0;
@@ -274,10 +274,10 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     if (!spent) {
       out->verdict = Verdict::kFail;
       out->reason = Reason::kRetryBudget;
-      out->refused_chain = chain->config.name;
+      out->refused_chain = chain->config->name;
       out->has_next = false;
       out->retry_delay = absl::ZeroDuration();
-      out->error = absl::StrCat("chain \"", chain->config.name, "\": ", why, "; last: ", target->config.name, ": ",
+      out->error = absl::StrCat("chain \"", chain->config->name, "\": ", why, "; last: ", target->config->name, ": ",
                                 summary);
     }
   }

@@ -15,8 +15,8 @@ using namespace internal;  // NOLINT: the engine's own helpers
 
 TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const {
   TargetStatus s;
-  s.name = t.config.name;
-  s.enabled = t.config.enabled;
+  s.name = t.config->name;
+  s.enabled = t.config->enabled;
   {
     std::lock_guard<std::mutex> lock(t.rt->mu);
     s.health = t.rt->Effective();
@@ -36,18 +36,18 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
     // one due at once ("probe now", never checked) as due since the epoch.
     if (occasional.lease_id.empty()) s.next_check = std::max(ProbeDueLocked(t, absl::InfinitePast()), absl::UnixEpoch());
   }
-  s.managed_by = t.config.managed_by;
+  s.managed_by = t.config->managed_by;
   const int64_t held = t.rt->held_until_ns.load(std::memory_order_relaxed);
   if (held != CompactTime::kPast) s.held_until = CompactTime::FromNanos(held);
   const int64_t latency = t.rt->latency_ns.load(std::memory_order_relaxed);
   if (latency >= 0) s.latency = absl::Nanoseconds(latency);
-  for (uint32_t ci : t.chains) s.chains.push_back(snap.chains[ci].config.name);
+  for (uint32_t ci : t.chains) s.chains.push_back(snap.chains[ci].config->name);
   return s;
 }
 
 ChainStatus Engine::StatusOf(const Snapshot& snap, const ChainEntry& c) const {
   ChainStatus s;
-  s.name = c.config.name;
+  s.name = c.config->name;
   {
     std::lock_guard<std::mutex> lock(c.rt->mu);
     s.state = c.rt->state;
@@ -64,14 +64,14 @@ absl::StatusOr<ChainView> Engine::GetChain(absl::string_view name) const {
   std::shared_ptr<const Snapshot> snap = Load();
   const ChainEntry* c = snap->FindChain(name);
   if (c == nullptr) return NotFound("chain", name);
-  return ChainView{c->config, StatusOf(*snap, *c)};
+  return ChainView{*c->config, StatusOf(*snap, *c)};
 }
 
 absl::StatusOr<TargetView> Engine::GetTarget(absl::string_view name) const {
   std::shared_ptr<const Snapshot> snap = Load();
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
-  return TargetView{t->config, StatusOf(*snap, *t)};
+  return TargetView{*t->config, StatusOf(*snap, *t)};
 }
 
 absl::StatusOr<TargetStatus> Engine::GetTargetStatus(absl::string_view name) const {
@@ -112,21 +112,21 @@ template <typename Entries>
 auto FirstAfter(const Entries& entries, absl::string_view after) {
   if (after.empty()) return entries.begin();
   return std::upper_bound(entries.begin(), entries.end(), after,
-                          [](absl::string_view name, const auto& e) { return name < e.config.name; });
+                          [](absl::string_view name, const auto& e) { return name < e.config->name; });
 }
 }  // namespace
 
 void Engine::VisitChains(absl::string_view after, const std::function<bool(const ChainView&)>& visit) const {
   std::shared_ptr<const Snapshot> snap = Load();
   for (auto it = FirstAfter(snap->chains, after); it != snap->chains.end(); ++it) {
-    if (!visit(ChainView{it->config, StatusOf(*snap, *it)})) return;
+    if (!visit(ChainView{*it->config, StatusOf(*snap, *it)})) return;
   }
 }
 
 void Engine::VisitTargets(absl::string_view after, const std::function<bool(const TargetView&)>& visit) const {
   std::shared_ptr<const Snapshot> snap = Load();
   for (auto it = FirstAfter(snap->targets, after); it != snap->targets.end(); ++it) {
-    if (!visit(TargetView{it->config, StatusOf(*snap, *it)})) return;
+    if (!visit(TargetView{*it->config, StatusOf(*snap, *it)})) return;
   }
 }
 

@@ -55,7 +55,7 @@ TEST(EngineConcurrencyTest, PicksReportsAndAdminActionsInterleaveSafely) {
         if (plan.attempts.empty()) ++bad_plans;
         ReportRequest report;
         report.decision_id = plan.decision_id;
-        report.target = plan.attempts[0].target->config.name;
+        report.target = plan.attempts[0].target->config->name;
         if (i % 4 == 0) {
           report.facts.http_status = 500;
         } else {

@@ -83,7 +83,7 @@ class EngineTest : public ::testing::Test {
 
   static std::vector<std::string> Names(const Plan& plan) {
     std::vector<std::string> out;
-    for (const auto& a : plan.attempts) out.push_back(a.target->config.name);
+    for (const auto& a : plan.attempts) out.push_back(a.target->config->name);
     return out;
   }
 
@@ -191,15 +191,15 @@ TEST_F(EngineTest, ChainsWithEqualPoliciesShareOneAndAnEditChangesOnlyItsOwnChai
   ApplyOk({Target("a"), Target("b"), Target("c"), Target("d"), Target("e"), Target("f")},
           {Chain("c1", {"a", "b"}, three), Chain("c2", {"c", "d"}, three), Chain("c3", {"e", "f"})});
   auto snap = engine_.snapshot();
-  EXPECT_EQ(snap->FindChain("c1")->config.policy.shared(), snap->FindChain("c2")->config.policy.shared());
-  EXPECT_EQ(snap->FindChain("c3")->config.policy.shared(), Shared<Policy>().shared());
+  EXPECT_EQ(snap->FindChain("c1")->config->policy.shared(), snap->FindChain("c2")->config->policy.shared());
+  EXPECT_EQ(snap->FindChain("c3")->config->policy.shared(), Shared<Policy>().shared());
 
-  ChainConfig edited = snap->FindChain("c1")->config;
+  ChainConfig edited = *snap->FindChain("c1")->config;
   edited.policy.Mutable().trip_errors = 1;
   ApplyOk({}, {edited});
   snap = engine_.snapshot();
-  EXPECT_EQ(snap->FindChain("c1")->config.policy->trip_errors, 1u);
-  EXPECT_EQ(snap->FindChain("c2")->config.policy->trip_errors, 3u);
+  EXPECT_EQ(snap->FindChain("c1")->config->policy->trip_errors, 1u);
+  EXPECT_EQ(snap->FindChain("c2")->config->policy->trip_errors, 3u);
   EXPECT_EQ(edited.policy->trip_errors, 1u);
   // And as callers see it: one failure still leaves c2's first target up.
   FailTarget("c2", "c");
@@ -208,13 +208,43 @@ TEST_F(EngineTest, ChainsWithEqualPoliciesShareOneAndAnEditChangesOnlyItsOwnChai
   EXPECT_EQ(Pick("c1").active_target, "b");
 }
 
+// An apply copies only what it changes: the next snapshot holds the very
+// configs of the objects it leaves alone (a change of one chain among ten
+// thousand is not ten thousand copies), and a chain added later joins the
+// policy its equals already share.
+TEST_F(EngineTest, AnApplySharesTheConfigsItLeavesAloneWithTheSnapshotBefore) {
+  Policy three;
+  three.trip_errors = 3;
+  ApplyOk({Target("a"), Target("b"), Target("c"), Target("e")}, {Chain("c1", {"a", "b"}, three), Chain("c2", {"c", "e"})});
+  const auto before = engine_.snapshot();
+
+  // (c0 sorts before c1: the new chain's equal policy must not displace c1's.)
+  ApplyOk({Target("d"), Target("f")}, {Chain("c0", {"d", "f"}, three)});
+  const auto after = engine_.snapshot();
+  EXPECT_EQ(after->FindTarget("a")->config, before->FindTarget("a")->config);
+  EXPECT_EQ(after->FindChain("c1")->config, before->FindChain("c1")->config);
+  EXPECT_EQ(after->FindChain("c2")->config, before->FindChain("c2")->config);
+  EXPECT_EQ(after->FindChain("c0")->config->policy.shared(), after->FindChain("c1")->config->policy.shared());
+
+  // Restating an object as it is keeps its config too; changing it does not.
+  TargetConfig b = Target("b");
+  b.labels["tier"] = "2";
+  ApplyOk({Target("a"), b}, {Chain("c1", {"a", "b"}, three)});
+  const auto restated = engine_.snapshot();
+  EXPECT_EQ(restated->FindTarget("a")->config, before->FindTarget("a")->config);
+  EXPECT_EQ(restated->FindChain("c1")->config, before->FindChain("c1")->config);
+  EXPECT_NE(restated->FindTarget("b")->config, before->FindTarget("b")->config);
+  EXPECT_EQ(restated->FindTarget("b")->config->labels.at("tier"), "2");
+  EXPECT_TRUE(before->FindTarget("b")->config->labels.empty()) << "the snapshot before keeps its own config";
+}
+
 TEST_F(EngineTest, FailureMovesDownAtOnceAndEmitsTrip) {
   TwoTargetChain();
   Plan plan = Pick("assistant-llm");
   ReportResult r = Report(plan.decision_id, "argus-llm", Http(500, "boom"));
   EXPECT_EQ(r.verdict, Verdict::kTryNext);
   ASSERT_TRUE(r.has_next);
-  EXPECT_EQ(r.next.target->config.name, "gemma-local");
+  EXPECT_EQ(r.next.target->config->name, "gemma-local");
   EXPECT_EQ(r.target_health, HealthState::kDown);
   EXPECT_EQ(r.chain_state, ChainState::kFallback);
   EXPECT_EQ(r.active_target, "gemma-local");
@@ -317,11 +347,11 @@ TEST_F(EngineTest, MovesBackUpOnlyAfterRecoveryAndMinDwell) {
   EXPECT_EQ(Status("assistant-llm").active_target, "gemma-local");
 
   now_ = tripped + absl::Seconds(60) - absl::Milliseconds(1);  // just before the dwell
-  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "gemma-local");
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config->name, "gemma-local");
   EXPECT_EQ(Status("assistant-llm").state, ChainState::kFallback);
 
   now_ = tripped + absl::Seconds(60);  // just after
-  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config->name, "argus-llm");
   EXPECT_EQ(Status("assistant-llm").state, ChainState::kPrimary);
   auto sw = Switches("assistant-llm");
   EXPECT_EQ(sw.back().switch_reason, SwitchReason::kRecovery);
@@ -478,7 +508,7 @@ TEST_F(EngineTest, MaxAttemptsCountsOnlyTargetsActuallyTried) {
   EXPECT_THAT(Names(plan), ElementsAre("a", "c"));
   ReportResult r1 = Report(plan.decision_id, "a", Http(500));
   ASSERT_EQ(r1.verdict, Verdict::kTryNext);
-  EXPECT_EQ(r1.next.target->config.name, "c");
+  EXPECT_EQ(r1.next.target->config->name, "c");
   ReportResult r2 = Report(plan.decision_id, "c", Http(500));
   EXPECT_EQ(r2.verdict, Verdict::kFail);
   EXPECT_THAT(r2.error, HasSubstr("max_attempts (1) reached"));
@@ -553,13 +583,13 @@ TEST_F(EngineTest, RpmCapSkipsASaturatedTargetWithoutTrippingIt) {
   TargetConfig a = Target("a");
   a.limit_rpm = 2;
   ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
   EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));  // saturated: left out
   EXPECT_NE(Health("a"), HealthState::kDown);
   EXPECT_EQ(Status("ch").active_target, "a");  // the active target does not move
   now_ += absl::Minutes(1);
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
 }
 
 TEST_F(EngineTest, ReplicasSplitAnRpmCapSoThePartsAddUpToIt) {
@@ -574,13 +604,13 @@ TEST_F(EngineTest, ReplicasSplitAnRpmCapSoThePartsAddUpToIt) {
   a.limit_rpm = 5;
   ApplyOk({a, Target("b")}, {Chain("ch", {"a", "b"})});
   engine_.SetRpmShare(1, 3);  // 5 over 3: ranks 0 and 1 plan 2, rank 2 plans 1
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
   EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
   engine_.SetRpmShare(0, 6);  // a cap smaller than the cluster: rank 5 has none, rank 0 one
   EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));  // two this minute already
   now_ += absl::Minutes(1);
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
   EXPECT_THAT(Names(Pick("ch")), ElementsAre("b"));
   engine_.SetRpmShare(5, 6);
   now_ += absl::Minutes(1);
@@ -596,7 +626,7 @@ TEST_F(EngineTest, ALeasedRpmCapPlansWhatTheLeaderGrantedForTheMinuteAndTheEvenP
   const int64_t minute = absl::ToUnixSeconds(now_) / 60;
   auto planned_a = [&](int picks) {
     int n = 0;
-    for (int i = 0; i < picks; ++i) n += Pick("ch").attempts[0].target->config.name == "a";
+    for (int i = 0; i < picks; ++i) n += Pick("ch").attempts[0].target->config->name == "a";
     return n;
   };
   // Granted 7 for this minute (the other replicas were idle): 7, not 3.
@@ -656,7 +686,7 @@ TEST_F(EngineTest, WeightedRoundRobinFollowsTheWeights) {
   std::map<std::string, int> firsts;
   for (int i = 0; i < 400; ++i) {
     Plan plan = Pick("rr");
-    ++firsts[plan.attempts[0].target->config.name];
+    ++firsts[plan.attempts[0].target->config->name];
     ASSERT_EQ(plan.attempts.size(), 2u);  // the other follows
   }
   EXPECT_EQ(firsts["a"], 300);
@@ -667,20 +697,20 @@ TEST_F(EngineTest, RoundRobinCountersSurviveAReload) {
   ChainConfig c = Chain("rr", {"a", "b"});
   c.strategy = Strategy::kRoundRobin;
   ApplyOk({Target("a"), Target("b")}, {c});
-  EXPECT_EQ(Pick("rr").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("rr").attempts[0].target->config->name, "a");
   // An unrelated config change (a new target) reloads the snapshot.
   ApplyOk({Target("x")}, {});
-  EXPECT_EQ(Pick("rr").attempts[0].target->config.name, "b");  // continues, does not restart at a
+  EXPECT_EQ(Pick("rr").attempts[0].target->config->name, "b");  // continues, does not restart at a
 }
 
 TEST_F(EngineTest, RoundRobinSessionsStickWhileTheirTargetIsUsable) {
   ChainConfig c = Chain("rr", {"a", "b", "c"});
   c.strategy = Strategy::kRoundRobin;
   ApplyOk({Target("a"), Target("b"), Target("c")}, {c});
-  const std::string first = Pick("rr", 0, {}, "user-1").attempts[0].target->config.name;
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(Pick("rr", 0, {}, "user-1").attempts[0].target->config.name, first);
+  const std::string first = Pick("rr", 0, {}, "user-1").attempts[0].target->config->name;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Pick("rr", 0, {}, "user-1").attempts[0].target->config->name, first);
   FailTarget("rr", first);
-  EXPECT_NE(Pick("rr", 0, {}, "user-1").attempts[0].target->config.name, first);
+  EXPECT_NE(Pick("rr", 0, {}, "user-1").attempts[0].target->config->name, first);
 }
 
 TEST_F(EngineTest, LowestCostPicksTheCheapestUsableTargetThenDeclaredOrder) {
@@ -727,7 +757,7 @@ class LeastLatencyTest : public EngineTest {
   // The first attempt of `n` picks, counted by target.
   std::map<std::string, int> Firsts(int n) {
     std::map<std::string, int> out;
-    for (int i = 0; i < n; ++i) ++out[Pick("fast").attempts.front().target->config.name];
+    for (int i = 0; i < n; ++i) ++out[Pick("fast").attempts.front().target->config->name];
     return out;
   }
 };
@@ -899,7 +929,7 @@ TEST_F(EngineTest, OverloadedRetriesTheSameTargetTwiceThenMovesOn) {
   EXPECT_EQ(r2.retry_delay, absl::Milliseconds(500));
   ReportResult r3 = Report(plan.decision_id, "argus-llm", Http(503));
   EXPECT_EQ(r3.verdict, Verdict::kTryNext);
-  EXPECT_EQ(r3.next.target->config.name, "gemma-local");
+  EXPECT_EQ(r3.next.target->config->name, "gemma-local");
 }
 
 // DESIGN 3.5: a report that takes its target out gets no same-target retry.
@@ -909,7 +939,7 @@ TEST_F(EngineTest, AFailureThatTripsItsTargetMovesOnInsteadOfRetryingIt) {
   ReportResult r = Report(plan.decision_id, "argus-llm", Http(503));
   EXPECT_EQ(r.target_health, HealthState::kDown);
   EXPECT_EQ(r.verdict, Verdict::kTryNext);
-  EXPECT_EQ(r.next.target->config.name, "gemma-local");
+  EXPECT_EQ(r.next.target->config->name, "gemma-local");
   // The fallback trips too: nothing is left.
   ReportResult last = Report(plan.decision_id, "gemma-local", Http(503));
   EXPECT_EQ(last.verdict, Verdict::kFail);
@@ -988,7 +1018,7 @@ TEST_F(EngineTest, TryNextIsRecomputedNowAndSkipsWhatWasTried) {
   FailTarget("ch", "b");  // b goes down after the plan was made
   ReportResult r = Report(plan.decision_id, "a", Http(500));
   ASSERT_EQ(r.verdict, Verdict::kTryNext);
-  EXPECT_EQ(r.next.target->config.name, "c");
+  EXPECT_EQ(r.next.target->config->name, "c");
 }
 
 TEST_F(EngineTest, RateLimitHoldsTheTargetWithoutTrippingIt) {
@@ -1015,12 +1045,12 @@ TEST_F(EngineTest, RateLimitHoldLastsUpToMaxHoldAndDefaultsToThePolicyHold) {
   ReportResult r = Report(Pick("assistant-llm").decision_id, "argus-llm", f);
   EXPECT_EQ(r.target_health, HealthState::kUnknown);
   now_ += absl::Seconds(59);
-  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "gemma-local");
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config->name, "gemma-local");
   now_ += absl::Seconds(1);
-  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config->name, "argus-llm");
   Report(Pick("assistant-llm").decision_id, "argus-llm", Http(429));  // no reset time: 10s
   now_ += absl::Seconds(10);
-  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config.name, "argus-llm");
+  EXPECT_EQ(Pick("assistant-llm").attempts[0].target->config->name, "argus-llm");
 }
 
 // DESIGN 3.2: a per-day quota is not retried every minute.
@@ -1046,7 +1076,7 @@ TEST_F(EngineTest, ARateLimitThatResetsAfterMaxHoldTakesTheTargetDownUntilTheRes
       ProbeResponse resp;
       EXPECT_TRUE(engine_.Probe(req, at, &resp, nullptr).ok());
       for (const ProbeTask& t : resp.tasks) {
-        if (t.target->config.name == chain + "-a") return true;
+        if (t.target->config->name == chain + "-a") return true;
       }
       return false;
     };
@@ -1065,9 +1095,9 @@ TEST_F(EngineTest, ATargetCanAllowLongerRateLimitHolds) {
   ReportResult r = Report(Pick("ch").decision_id, "a", f);
   EXPECT_EQ(r.target_health, HealthState::kUnknown);  // held, not down
   now_ += absl::Hours(3) - absl::Seconds(1);
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "b");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "b");
   now_ += absl::Seconds(1);
-  EXPECT_EQ(Pick("ch").attempts[0].target->config.name, "a");
+  EXPECT_EQ(Pick("ch").attempts[0].target->config->name, "a");
 }
 
 TEST_F(EngineTest, RateLimitWaitModeRetriesTheSameTargetAfterTheHold) {
@@ -1129,7 +1159,7 @@ TEST_F(EngineTest, ReportWithoutOrWithAnExpiredDecisionStillUpdatesHealthAndGets
   ReportResult unknown = Report("", "argus-llm", Http(500), "assistant-llm");
   EXPECT_FALSE(unknown.decision_known);
   EXPECT_EQ(unknown.verdict, Verdict::kTryNext);
-  EXPECT_EQ(unknown.next.target->config.name, "gemma-local");
+  EXPECT_EQ(unknown.next.target->config->name, "gemma-local");
   EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
 
   Plan plan = Pick("assistant-llm");
@@ -1664,7 +1694,7 @@ TEST_F(EngineTest, AnEngineThatMakesNoTransitionsGivesTheSameVerdict) {
     EXPECT_EQ(VerdictName(mine.verdict), VerdictName(theirs.verdict)) << status;
     ASSERT_EQ(mine.has_next, theirs.has_next) << status;
     if (theirs.has_next) {
-      EXPECT_EQ(mine.next.target->config.name, theirs.next.target->config.name) << status;
+      EXPECT_EQ(mine.next.target->config->name, theirs.next.target->config->name) << status;
     }
     EXPECT_EQ(copy.GetTargetStatus("a")->health, HealthState::kUnknown) << "the copy made the transition itself";
   }

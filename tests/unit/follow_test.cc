@@ -97,7 +97,7 @@ class FollowTest : public ::testing::Test {
     Events events;
     EXPECT_TRUE(e.Pick(req, absl::FromUnixSeconds(1'800'000'000), &plan, &events).ok());
     std::vector<std::string> names;
-    for (const PlannedAttempt& a : plan.attempts) names.push_back(a.target->config.name);
+    for (const PlannedAttempt& a : plan.attempts) names.push_back(a.target->config->name);
     return names;
   }
 
@@ -146,7 +146,7 @@ class FollowTest : public ::testing::Test {
         Events events;
         EXPECT_TRUE(e.Report(req, now_, &r, &events).ok());
         out += c.config.name + " " + std::to_string(status) + ": " + VerdictName(r.verdict) + " next=" +
-               (r.has_next ? r.next.target->config.name : "-") + " delay=" + absl::FormatDuration(r.retry_delay) +
+               (r.has_next ? r.next.target->config->name : "-") + " delay=" + absl::FormatDuration(r.retry_delay) +
                "\n";
       }
     }

@@ -60,7 +60,7 @@ class ProbeTest : public ::testing::Test {
   }
   static std::map<std::string, ProbeTask> ByTarget(const ProbeResponse& r) {
     std::map<std::string, ProbeTask> out;
-    for (const auto& t : r.tasks) out[t.target->config.name] = t;
+    for (const auto& t : r.tasks) out[t.target->config->name] = t;
     return out;
   }
   static ProbeResult Result(const ProbeTask& t, ProbeOutcome o, uint32_t status = 0) {

@@ -73,7 +73,7 @@ TEST_P(ProviderErrorsTest, IsClassifiedAndDecidedAsTheCorpusSays) {
       ProbeResponse resp;
       EXPECT_TRUE(engine.Probe(req, at, &resp, nullptr).ok());
       for (const ProbeTask& t : resp.tasks) {
-        if (t.target->config.name == "a") return true;
+        if (t.target->config->name == "a") return true;
       }
       return false;
     };

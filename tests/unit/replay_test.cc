@@ -135,7 +135,7 @@ class LiveRun {
     ASSERT_TRUE(engine_->Pick(pick, now, &plan, &events).ok());
     Record(events);
     for (uint32_t attempt = 0; attempt < plan.attempts.size(); ++attempt) {
-      const std::string target = plan.attempts[attempt].target->config.name;
+      const std::string target = plan.attempts[attempt].target->config->name;
       ReportRequest report;
       report.decision_id = plan.decision_id;
       report.target = target;
@@ -157,7 +157,7 @@ class LiveRun {
     for (const ProbeTask& task : pending_) {
       ProbeResult& r = answers.results.emplace_back();
       r.lease_id = task.lease_id;
-      const bool failed = providers_.Fails(task.target->config.name, now);
+      const bool failed = providers_.Fails(task.target->config->name, now);
       r.outcome = failed ? ProbeOutcome::kFail : ProbeOutcome::kPass;
       r.facts = Facts(failed);
     }

@@ -139,7 +139,7 @@ bool WatchStream::Matches(const Event& e, std::shared_ptr<const Snapshot>* snap)
     if (*snap == nullptr) *snap = ctx_.engine->snapshot();
     const TargetEntry* t = (*snap)->FindTarget(target);
     if (t == nullptr) return false;
-    for (uint32_t ci : t->chains) {
+    for (uint32_t ci : (*snap)->ChainsOf(*t)) {
       if (chains_.contains((*snap)->chains[ci].config->name)) return true;
     }
     return false;

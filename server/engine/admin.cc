@@ -72,7 +72,7 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   const TargetEntry* t = snap->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
   bool can_fail_over = false;
-  for (uint32_t ci : t->chains) {
+  for (uint32_t ci : snap->ChainsOf(*t)) {
     const ChainEntry& c = snap->chains[ci];
     if (!c.config->failover_enabled) continue;
     for (const ChainSlot& other : c.slots) {

@@ -254,9 +254,9 @@ absl::StatusOr<Events> Engine::DeleteTarget(absl::string_view name, absl::Time n
   const TargetEntry* t = cur->FindTarget(name);
   if (t == nullptr) return NotFound("target", name);
   if (!t->config->managed_by.empty()) return ManagedElsewhere("", "target", name, t->config->managed_by);
-  if (!t->chains.empty()) {
+  if (t->chains_count != 0) {
     std::vector<std::string> names;
-    for (uint32_t ci : t->chains) names.push_back(cur->chains[ci].config->name);
+    for (uint32_t ci : cur->ChainsOf(*t)) names.push_back(cur->chains[ci].config->name);
     return absl::FailedPreconditionError(absl::StrCat("target \"", name, "\" is listed by chain(s) ",
                                                       absl::StrJoin(names, ", "), "; remove it from them first"));
   }

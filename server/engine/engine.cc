@@ -182,6 +182,16 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
     const ChainEntry* old = previous ? previous->FindChain(c->name) : nullptr;
     if (old != nullptr && old->config == c) policies.insert(c->policy.shared());
   }
+  for (const std::shared_ptr<const ChainConfig>& c : chains) {
+    for (const std::string& name : c->targets) ++snap->targets[snap->target_index.at(name)].chains_count;
+  }
+  uint32_t listed = 0;
+  for (TargetEntry& t : snap->targets) {
+    t.chains_begin = listed;
+    listed += t.chains_count;
+    t.chains_count = 0;  // counted again as the chains below fill them in
+  }
+  snap->target_chains.resize(listed);
   for (std::shared_ptr<const ChainConfig>& config : chains) {
     const std::shared_ptr<const Policy>& policy = *policies.insert(config->policy.shared()).first;
     if (policy != config->policy.shared()) {
@@ -212,7 +222,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
       const uint32_t ti = snap->target_index.at(name);
       TargetEntry& t = snap->targets[ti];
       e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config->limit_rpm, t.config->HasHealthCheck()});
-      t.chains.push_back(chain_index);
+      snap->target_chains[t.chains_begin + t.chains_count++] = chain_index;
       // A target without settings of its own takes its chains', on which an
       // apply made them agree (CheckSharedHealth). State stored by an older
       // version may still disagree: then the first chain by name decides.
@@ -359,7 +369,7 @@ void Engine::EvaluateChainLocked(const Snapshot& snap, const ChainEntry& chain, 
 
 void Engine::EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, absl::Time now,
                               const EvalContext& ctx, Events* events) {
-  for (uint32_t ci : target.chains) {
+  for (uint32_t ci : snap.ChainsOf(target)) {
     const ChainEntry& c = snap.chains[ci];
     std::lock_guard<std::mutex> lock(c.rt->mu);
     EvaluateChainLocked(snap, c, now, ctx, events);

@@ -41,7 +41,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
   if (held != CompactTime::kPast) s.held_until = CompactTime::FromNanos(held);
   const int64_t latency = t.rt->latency_ns.load(std::memory_order_relaxed);
   if (latency >= 0) s.latency = absl::Nanoseconds(latency);
-  for (uint32_t ci : t.chains) s.chains.push_back(snap.chains[ci].config->name);
+  for (uint32_t ci : snap.ChainsOf(t)) s.chains.push_back(snap.chains[ci].config->name);
   return s;
 }
 

@@ -238,6 +238,27 @@ TEST_F(EngineTest, AnApplySharesTheConfigsItLeavesAloneWithTheSnapshotBefore) {
   EXPECT_TRUE(before->FindTarget("b")->config->labels.empty()) << "the snapshot before keeps its own config";
 }
 
+// Each target knows the chains that list it (one array for all targets in
+// the snapshot): its status names them in name order, a delete is refused
+// naming them, and a chain dropped from the config drops out of the list.
+TEST_F(EngineTest, ATargetKnowsEveryChainThatListsItInNameOrder) {
+  ApplyOk({Target("a"), Target("b"), Target("c"), Target("d")},
+          {Chain("z", {"b", "a"}), Chain("m", {"a", "c"}), Chain("q", {"c", "d"}), Chain("b2", {"d", "a"})});
+  auto a = engine_.GetTarget("a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_THAT(a->status.chains, ElementsAre("b2", "m", "z"));
+  EXPECT_THAT(engine_.GetTarget("b")->status.chains, ElementsAre("z"));
+  EXPECT_THAT(engine_.GetTarget("c")->status.chains, ElementsAre("m", "q"));
+  EXPECT_THAT(engine_.GetTarget("d")->status.chains, ElementsAre("b2", "q"));
+  auto refused = engine_.DeleteTarget("a", now_, "test");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("listed by chain(s) b2, m, z;"));
+
+  ASSERT_TRUE(engine_.DeleteChain("m", now_, "test").ok());
+  EXPECT_THAT(engine_.GetTarget("a")->status.chains, ElementsAre("b2", "z"));
+  EXPECT_THAT(engine_.GetTarget("c")->status.chains, ElementsAre("q"));
+}
+
 TEST_F(EngineTest, FailureMovesDownAtOnceAndEmitsTrip) {
   TwoTargetChain();
   Plan plan = Pick("assistant-llm");

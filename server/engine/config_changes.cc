@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -35,27 +36,26 @@ absl::Status CheckSharedHealth(const ConfigsByName<TargetConfig>& targets, const
     }
     return std::string("chains");
   };
-  struct First {
-    const ChainConfig* chain;
-    HealthPolicy health;
-  };
-  std::map<std::string, First> first;  // target -> the first chain (by name) listing it
+  // Each target's first chain by name; most chains hold one shared policy,
+  // and chains holding the same one agree without comparing settings.
+  absl::flat_hash_map<absl::string_view, const ChainConfig*> first;
   for (const auto& [_, shared_chain] : chains.all()) {
     const ChainConfig& chain = *shared_chain;
-    const HealthPolicy health = HealthPolicy::Of(chain.policy);
     for (const std::string& name : chain.targets) {
       const TargetConfig* t = targets.Find(name);
       if (t == nullptr || t->health) continue;
-      auto [it, inserted] = first.try_emplace(name, First{&chain, health});
-      if (inserted) continue;
-      const std::vector<HealthPolicy::Difference> differ = it->second.health.Differences(health);
+      auto [it, inserted] = first.try_emplace(name, &chain);
+      const ChainConfig& other = *it->second;
+      if (inserted || other.policy.shared() == chain.policy.shared()) continue;
+      const std::vector<HealthPolicy::Difference> differ =
+          HealthPolicy::Of(other.policy).Differences(HealthPolicy::Of(chain.policy));
       if (differ.empty()) continue;
       const HealthPolicy::Difference& d = differ.front();
       return absl::InvalidArgumentError(absl::StrCat(
-          path_of(*it->second.chain, chain, name, d.field), ": chains \"", it->second.chain->name, "\" and \"",
-          chain.name, "\" both list target \"", name, "\" but give it different ", d.field, " (", d.mine, " vs ",
-          d.theirs, "); a target's health is shared by its chains, so set the same value in both, or give \"",
-          name, "\" its own health settings (health: on the target)"));
+          path_of(other, chain, name, d.field), ": chains \"", other.name, "\" and \"", chain.name,
+          "\" both list target \"", name, "\" but give it different ", d.field, " (", d.mine, " vs ", d.theirs,
+          "); a target's health is shared by its chains, so set the same value in both, or give \"", name,
+          "\" its own health settings (health: on the target)"));
     }
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -39,11 +40,14 @@ absl::Status CheckSharedHealth(const ConfigsByName<TargetConfig>& targets, const
   // Each target's first chain by name; most chains hold one shared policy,
   // and chains holding the same one agree without comparing settings.
   absl::flat_hash_map<absl::string_view, const ChainConfig*> first;
+  absl::flat_hash_set<absl::string_view> own_health;  // usually none
+  for (const auto& [name, t] : targets.all()) {
+    if (t->health) own_health.insert(name);
+  }
   for (const auto& [_, shared_chain] : chains.all()) {
     const ChainConfig& chain = *shared_chain;
     for (const std::string& name : chain.targets) {
-      const TargetConfig* t = targets.Find(name);
-      if (t == nullptr || t->health) continue;
+      if (!own_health.empty() && own_health.contains(name)) continue;
       auto [it, inserted] = first.try_emplace(name, &chain);
       const ChainConfig& other = *it->second;
       if (inserted || other.policy.shared() == chain.policy.shared()) continue;

@@ -182,8 +182,12 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
     const ChainEntry* old = previous ? previous->FindChain(c->name) : nullptr;
     if (old != nullptr && old->config == c) policies.insert(c->policy.shared());
   }
+  std::vector<uint32_t> listed_targets;  // each chain's targets' indices, one chain after another
   for (const std::shared_ptr<const ChainConfig>& c : chains) {
-    for (const std::string& name : c->targets) ++snap->targets[snap->target_index.at(name)].chains_count;
+    for (const std::string& name : c->targets) {
+      listed_targets.push_back(snap->target_index.at(name));
+      ++snap->targets[listed_targets.back()].chains_count;
+    }
   }
   uint32_t listed = 0;
   for (TargetEntry& t : snap->targets) {
@@ -192,6 +196,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
     t.chains_count = 0;  // counted again as the chains below fill them in
   }
   snap->target_chains.resize(listed);
+  size_t next_listed = 0;
   for (std::shared_ptr<const ChainConfig>& config : chains) {
     const std::shared_ptr<const Policy>& policy = *policies.insert(config->policy.shared()).first;
     if (policy != config->policy.shared()) {
@@ -218,8 +223,9 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
                      e.config->policy->latency_explore, e.config->policy->retry_budget_ratio,
                      e.config->policy->retry_budget_min_per_second, e.config->policy->hedge_after};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
-    for (const std::string& name : e.config->targets) {
-      const uint32_t ti = snap->target_index.at(name);
+    e.slots.reserve(e.config->targets.size());
+    for (size_t k = 0; k < e.config->targets.size(); ++k) {
+      const uint32_t ti = listed_targets[next_listed++];
       TargetEntry& t = snap->targets[ti];
       e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config->limit_rpm, t.config->HasHealthCheck()});
       snap->target_chains[t.chains_begin + t.chains_count++] = chain_index;

@@ -1,6 +1,5 @@
 // Config changes and the restore at start (DESIGN 3.1, 3.10).
 #include <algorithm>
-#include <map>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"

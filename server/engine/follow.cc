@@ -3,7 +3,6 @@
 // Change are absolute (each is the state as the change left it), so applying
 // one sets state; nothing is decided, no event is made, no Change is emitted.
 #include <algorithm>
-#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"

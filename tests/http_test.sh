@@ -18,11 +18,17 @@ printf 'admin admin-secret\ndecide decide-secret\n' > "$work/tokens"
 "$FAILOVERD" --data-dir "$work/data" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --metrics-listen "" \
   --tokens-file "$work/tokens" --max-message-bytes 65536 2> "$work/log" &
 pid=$!
-for _ in $(seq 1 200); do
-  grep -q "http_port=" "$work/log" && break
-  sleep 0.05
-done
-port="$(grep -o 'http_port=[0-9]*' "$work/log" | head -1 | cut -d= -f2)"
+# await_port LOG: the HTTP port failoverd logs once it serves (a sanitizer
+# build under load may take seconds); empty if it exits or never does.
+await_port() {
+  for _ in $(seq 1 600); do
+    grep -q "http_port=" "$1" && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.05
+  done
+  grep -o 'http_port=[0-9]*' "$1" | head -1 | cut -d= -f2 || true
+}
+port="$(await_port "$work/log")"
 [ -n "$port" ] || { echo "failoverd did not start:"; cat "$work/log"; exit 1; }
 base="http://127.0.0.1:$port"
 failures=0
@@ -75,7 +81,7 @@ call "get chain" 200 '"targets":["a","b"]' "${admin[@]}" "$base/v1/admin/chains/
 
 # failoverctl -o json speaks the HTTP API's JSON: every key the route answers
 # is a key of failoverctl's output (which also prints fields at their default).
-grpc_port="$(grep -o ' port=[0-9]*' "$work/log" | head -1 | cut -d= -f2)"
+grpc_port="$(grep -o ' port=[0-9]*' "$work/log" | head -1 | cut -d= -f2 || true)"
 same_keys() {
   local name="$1" route="$2"
   shift 2
@@ -211,18 +217,20 @@ call "page script" 200 'Server-Sent Events' "$base/app.js"
 call "delete chain" 200 '{' "${admin[@]}" -X DELETE "$base/v1/admin/chains/ch"
 call "delete missing target" 404 '"status":"NOT_FOUND"' "${admin[@]}" -X DELETE "$base/v1/admin/targets/zzz"
 
+# The server lived through every check above (a sanitizer finding ends it).
+if ! kill -0 "$pid" 2> /dev/null; then
+  rc=0; wait "$pid" || rc=$?
+  echo "FAIL failoverd exited during the checks (status $rc)"; failures=$((failures + 1))
+fi
 # TLS with the gRPC port's certificate flags.
-kill "$pid"; wait "$pid" 2> /dev/null || true; pid=""
+kill "$pid" 2> /dev/null || true; wait "$pid" 2> /dev/null || true; pid=""
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" -days 1 \
   -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" 2> /dev/null
 "$FAILOVERD" --data-dir "$work/data-tls" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --metrics-listen "" \
   --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" 2> "$work/log-tls" &
 pid=$!
-for _ in $(seq 1 200); do
-  grep -q "http_port=" "$work/log-tls" && break
-  sleep 0.05
-done
-tls_port="$(grep -o 'http_port=[0-9]*' "$work/log-tls" | head -1 | cut -d= -f2)"
+tls_port="$(await_port "$work/log-tls")"
+[ -n "$tls_port" ] || { echo "failoverd with TLS did not start:"; cat "$work/log-tls"; exit 1; }
 call "status over TLS" 200 '"version"' --cacert "$work/cert.pem" "https://127.0.0.1:$tls_port/v1/status"
 if curl -s -o /dev/null --max-time 3 "http://127.0.0.1:$tls_port/v1/status"; then
   echo "FAIL plain HTTP was answered on the TLS port"; failures=$((failures + 1))
@@ -231,7 +239,9 @@ else
 fi
 
 if [ "$failures" -ne 0 ]; then
-  echo "$failures failed; failoverd's log:"; tail -20 "$work/log"
+  # The whole log: a sanitizer report runs to hundreds of lines, its cause at the top.
+  echo "$failures failed; failoverd's log:"; tail -c 200000 "$work/log"
+  [ -f "$work/log-tls" ] && { echo "the TLS failoverd's log:"; tail -c 50000 "$work/log-tls"; }
   exit 1
 fi
 echo "all HTTP checks passed"

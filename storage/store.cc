@@ -666,7 +666,10 @@ absl::Status Store::AppendTrace(std::vector<TraceEntry>* entries) {
     batch.Put(trace, EncodeUint64(e.number), value);
   }
   RETURN_IF_ERROR(CheckFreeSpace(batch.GetDataSize()));
-  RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), data_dir_));
+  {
+    std::lock_guard<std::mutex> one_write(write_mu_);
+    RETURN_IF_ERROR(FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), data_dir_));
+  }
   next_trace_.store(next);
   return absl::OkStatus();
 }
@@ -742,6 +745,7 @@ absl::Status Store::TrimTrace(size_t keep_count, absl::Duration max_age, absl::T
   RETURN_IF_ERROR(FromRocks(it->status(), data_dir_));
   if (cut <= oldest) return absl::OkStatus();
   RETURN_IF_ERROR(CheckFreeSpace(0));
+  std::lock_guard<std::mutex> one_write(write_mu_);
   const rocksdb::Status s =
       db_->DeleteRange(rocksdb::WriteOptions(), trace, EncodeUint64(oldest), EncodeUint64(cut));
   if (s.ok()) oldest_trace_.store(cut);

@@ -162,8 +162,15 @@ class Store {
   std::atomic<uint64_t> oldest_event_{0};
   // Shared by every use of the database; Close takes it exclusively.
   mutable std::shared_mutex mu_;
-  std::mutex write_mu_;  // one Write or TrimEvents at a time
-  std::mutex trace_mu_;  // one AppendTrace or TrimTrace at a time
+  // One write to the database at a time: Write and TrimEvents hold it
+  // throughout, the trace's writes (under trace_mu_) for the write alone.
+  // RocksDB would merge concurrent writers' batches into one group, copying
+  // them between threads inside its uninstrumented code: ThreadSanitizer then
+  // reports a race it cannot see is synchronized, and stops failoverd. The
+  // cost: a trace append waits for a state write under way, as it would
+  // have inside RocksDB's group.
+  std::mutex write_mu_;
+  std::mutex trace_mu_;  // one AppendTrace or TrimTrace at a time; taken before write_mu_
   // Trace numbers kept are [oldest_trace_, next_trace_); written under trace_mu_.
   std::atomic<uint64_t> next_trace_{1};
   std::atomic<uint64_t> oldest_trace_{1};

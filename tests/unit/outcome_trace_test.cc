@@ -240,6 +240,50 @@ TEST(OutcomeTraceTest, WhatARefusedWriteHeldIsWrittenOnceTheStoreTakesWritesAgai
   for (int i = 0; i < 10; ++i) EXPECT_EQ(kept[i].facts.message, absl::StrCat("overloaded ", i));
 }
 
+// The ticker flushes the trace while the committer writes state changes.
+// Each lands whole and numbered in order; under ThreadSanitizer (scripts/
+// sanitize) the two writes must also never be in RocksDB at once, where it
+// would copy one thread's batch on the other's and stop the process.
+TEST(OutcomeTraceTest, TraceFlushesAndStateWritesFromTwoThreadsBothLandWhole) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  ASSERT_NE(store, nullptr);
+  constexpr int kWrites = 400;
+  std::thread committer([&] {
+    for (int i = 1; i <= kWrites; ++i) {
+      Change c;
+      Event e;
+      e.kind = EventKind::kChainSwitched;
+      e.sequence = i;
+      e.time = kT0;
+      e.chain = "chat";
+      e.from_target = "openai";
+      e.to_target = "anthropic";
+      c.events = {e};
+      c.next_sequence = i + 1;
+      ASSERT_TRUE(store->Write({&c}).ok());
+    }
+  });
+  OutcomeTrace trace(100000, absl::Hours(24));
+  for (int i = 0; i < kWrites; ++i) {
+    trace.Add(Failure(kT0, 2 * i));
+    trace.Add(Failure(kT0, 2 * i + 1));
+    ASSERT_TRUE(trace.Flush(store.get(), kT0).ok());
+  }
+  committer.join();
+  const std::vector<TraceEntry> back = ReadAll(*store);
+  ASSERT_EQ(back.size(), 2u * kWrites);
+  for (size_t i = 0; i < back.size(); ++i) {
+    EXPECT_EQ(back[i].number, i + 1);
+    EXPECT_EQ(back[i].facts.message, absl::StrCat("overloaded ", i));
+  }
+  absl::StatusOr<Events> events = store->RecentEvents(kWrites);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), static_cast<size_t>(kWrites));
+  EXPECT_EQ(events->front().sequence, 1u);
+  EXPECT_EQ(events->back().sequence, static_cast<uint64_t>(kWrites));
+}
+
 TEST(OutcomeTraceTest, ADataDirFromBeforeTheTraceOpensAndGainsOne) {
   TempDir dir;
   ASSERT_TRUE(OpenOk(dir.path())->Close().ok());

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "failover/v1/admin.grpc.pb.h"
@@ -31,6 +33,19 @@ long RssKib(pid_t pid) {
   return -1;
 }
 
+// RSS once it has settled: failoverd gives back what a change freed on the
+// tick after next (ticks are a second apart), so this waits until two
+// readings 2.5 s apart agree within 1%, at most 50 s.
+long SettledRssKib(pid_t pid) {
+  long rss = RssKib(pid);
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const long next = RssKib(pid);
+    if (std::labs(next - rss) * 100 <= rss) return next;
+    rss = next;
+  }
+  return rss;
+}
 
 // RSS of a failoverd that has started on `dir` and is serving.
 long ServingRssKib(const std::string& dir) {
@@ -148,7 +163,7 @@ int main(int argc, char** argv) {
   if (!proc.Start(&error, 60)) return 1;
   const long before = RssKib(proc.pid());
   if (!ApplyWorld(proc.Channel(), world)) return 1;
-  const long after = RssKib(proc.pid());
+  const long after = SettledRssKib(proc.pid());
   std::printf("applied live: RSS %.1f MiB -> %.1f MiB, growth %.2f KiB per chain\n", before / 1024.0,
               after / 1024.0, static_cast<double>(after - before) / kChains);
   proc.Stop(SIGTERM);

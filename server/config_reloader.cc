@@ -23,7 +23,7 @@ ConfigReloader::~ConfigReloader() {
 
 absl::Status ConfigReloader::Apply() {
   absl::MutexLock lock(&mu_);
-  absl::Cleanup release = [] { api::ReleaseFreedMemory(); };  // runs last, after the temporaries below are freed
+  absl::Cleanup release = [] { api::ReleaseFreedMemorySoon(); };  // asked once the temporaries below are freed
   // A rejected version (one that does not parse, too) is not retried until
   // the files change again.
   fingerprint_ = config::Fingerprint(path_);

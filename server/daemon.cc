@@ -257,6 +257,7 @@ absl::Status Daemon::Start() {
                                      absl::Hours(flags_.events_max_age_hours), [this] {
                                        changes_->Heartbeat();
                                        FlushTrace();
+                                       api::ReleaseFreedMemoryIfAsked();
                                      });
 
   prometheus::BuildGauge()

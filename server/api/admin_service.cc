@@ -273,7 +273,7 @@ absl::Status AdminService::ChainViewOf(const std::string& name, failover::v1::Ch
 }
 
 absl::Status AdminService::DoApply(const ApplyRequest& req, ApplyResponse* resp) {
-  absl::Cleanup release = [] { ReleaseFreedMemory(); };  // runs last, after the temporaries below are freed
+  absl::Cleanup release = [] { ReleaseFreedMemorySoon(); };  // asked once the temporaries below are freed
   ASSIGN_OR_RETURN(ConfigChange change, ConfigChangeFromProto(req));
   ApplyOptions options;
   options.dry_run = req.dry_run();

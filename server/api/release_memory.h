@@ -5,9 +5,28 @@
 
 #include <malloc.h>
 
+#include <atomic>
+
 namespace failover::api {
 
 inline void ReleaseFreedMemory() { malloc_trim(0); }
+
+namespace internal {
+inline std::atomic<int> ticks_to_release{0};
+}
+
+// For a change that frees much only after its call has ended (gRPC frees the
+// request once it is answered, the committer its copies once written): the
+// daemon's tick after next, at least a second away, gives the memory back,
+// off the caller's path.
+inline void ReleaseFreedMemorySoon() { internal::ticks_to_release.store(2, std::memory_order_relaxed); }
+// Once a tick.
+inline void ReleaseFreedMemoryIfAsked() {
+  int n = internal::ticks_to_release.load(std::memory_order_relaxed);
+  while (n > 0 && !internal::ticks_to_release.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+  }
+  if (n == 1) ReleaseFreedMemory();
+}
 
 // Called once at start. glibc raises its mmap threshold each time a large
 // block is freed, after which big temporaries (a whole config's copy during an

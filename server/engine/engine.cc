@@ -178,9 +178,11 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
   // configs the previous snapshot had were interned then, and shared with it
   // they are read-only: their policies go in first.
   absl::flat_hash_set<std::shared_ptr<const Policy>, PolicyHash, PolicyEq> policies;
-  for (const std::shared_ptr<const ChainConfig>& c : chains) {
-    const ChainEntry* old = previous ? previous->FindChain(c->name) : nullptr;
-    if (old != nullptr && old->config == c) policies.insert(c->policy.shared());
+  std::vector<const ChainEntry*> entries_before(chains.size(), nullptr);  // by index into `chains`
+  for (size_t i = 0; i < chains.size(); ++i) {
+    const ChainEntry* old = previous ? previous->FindChain(chains[i]->name) : nullptr;
+    entries_before[i] = old;
+    if (old != nullptr && old->config == chains[i]) policies.insert(chains[i]->policy.shared());
   }
   std::vector<uint32_t> listed_targets;  // each chain's targets' indices, one chain after another
   for (const std::shared_ptr<const ChainConfig>& c : chains) {
@@ -238,7 +240,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
         has_settings[ti] = true;
       }
     }
-    const ChainEntry* old = previous ? previous->FindChain(e.config->name) : nullptr;
+    const ChainEntry* old = entries_before[chain_index];
     e.rt = old ? old->rt : std::make_shared<ChainRuntime>();
     snap->chains.push_back(std::move(e));  // reserved: entries stay where they are
     snap->chain_index[snap->chains.back().config->name] = chain_index;

@@ -93,13 +93,16 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     return ManagedElsewhere(absl::StrCat(path, " (", absl::StrJoin(differ, ", "), ")"), what, requested->name,
                             current.managed_by);
   };
-  std::set<std::string> request_names;
+  // Views into `change`, which outlives this; one allocation, not a node and
+  // a name per object between the configs this makes.
+  absl::flat_hash_set<absl::string_view> request_names;
+  request_names.reserve(change.targets.size() + change.chains.size());
   for (size_t i = 0; i < change.targets.size(); ++i) {
     const std::string path = absl::StrCat("targets[", i, "]");
     TargetConfig t = change.targets[i];
     if (!options.from_files) t.managed_by.clear();
     RETURN_IF_ERROR(ValidateTarget(t, path));
-    if (!request_names.insert(t.name).second) {
+    if (!request_names.insert(change.targets[i].name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", t.name, "\" appears twice in this request"));
     }
     if (chains.Has(t.name)) {
@@ -109,7 +112,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     if (t.warm && t.kind == TargetKind::kRemote) {
       result.warnings.push_back(absl::StrCat(path, ".warm: has no effect on a remote target (\"", t.name, "\")"));
     }
-    ConfigDiff d{ConfigObject::kTarget, t.name, ConfigChangeKind::kCreated, {}, {}};
+    ConfigDiff d{ConfigObject::kTarget, {}, ConfigChangeKind::kCreated, {}, {}};  // named below
     const TargetConfig* current = targets.Find(t.name);
     if (current != nullptr) {
       RETURN_IF_ERROR(check_owner(path, "target", &t, *current));
@@ -130,7 +133,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     ChainConfig c = change.chains[i];
     if (!options.from_files) c.managed_by.clear();
     RETURN_IF_ERROR(ValidateName(c.name, path + ".name"));
-    if (!request_names.insert(c.name).second) {
+    if (!request_names.insert(change.chains[i].name).second) {
       return absl::InvalidArgumentError(absl::StrCat(path, ".name: \"", c.name, "\" appears twice in this request"));
     }
     if (targets.Has(c.name)) {
@@ -138,7 +141,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
           absl::StrCat(path, ".name: \"", c.name, "\" is already the name of a target"));
     }
     RETURN_IF_ERROR(ValidateChain(c, path, kind_of));
-    ConfigDiff d{ConfigObject::kChain, c.name, ConfigChangeKind::kCreated, {}, {}};
+    ConfigDiff d{ConfigObject::kChain, {}, ConfigChangeKind::kCreated, {}, {}};  // named below
     const ChainConfig* current = chains.Find(c.name);
     if (current != nullptr) {
       RETURN_IF_ERROR(check_owner(path, "chain", &c, *current));
@@ -148,6 +151,12 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
     }
     if (current == nullptr || !(*current == c)) chains.Put(std::move(c));
     result.changes.push_back(std::move(d));
+  }
+  // The diffs are named once every config is made: names copied between the
+  // configs would leave holes among them when the answer is freed.
+  for (size_t i = 0; i < change.targets.size(); ++i) result.changes[i].name = change.targets[i].name;
+  for (size_t i = 0; i < change.chains.size(); ++i) {
+    result.changes[change.targets.size() + i].name = change.chains[i].name;
   }
   // A file apply is the whole file-declared config: file objects it no longer
   // declares go away.

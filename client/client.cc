@@ -243,12 +243,12 @@ Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcome
     // failoverd counts it too and decides whether the target trips; the
     // verdict above came from the local copy. The local decision id means
     // nothing to failoverd: the chain names the context.
-    v1::ReportOutcomeRequest copy = req;
-    copy.clear_decision_id();
-    const size_t backlog = Buffer(std::move(copy));
+    const bool failure = req.has_failure();
+    request->clear_decision_id();
+    const size_t backlog = Buffer(std::move(*request));
     // A failure may trip the target, which should reach every caller soon; a
     // full batch goes before the buffer could overflow.
-    if (req.has_failure() || backlog >= kBatch) WakeFlusher();
+    if (failure || backlog >= kBatch) WakeFlusher();
     return Sent::kDelivered;
   }
   if (req.has_success() && options_.background_flush && options_.report_successes_in_background) {
@@ -273,6 +273,34 @@ Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcome
   if (unreachable) return Sent::kUnreachable;
   *refusal = s.error_message();
   return Sent::kRefused;
+}
+
+namespace {
+
+// Whether two attempts say the same: the order a fail-static run would use
+// needs copying only when a plan differs from it. Every field of Attempt
+// (client_test checks that none was added without a line here).
+bool SameAttempt(const v1::Attempt& a, const v1::Attempt& b) {
+  if (a.target() != b.target() || a.upstream_model() != b.upstream_model() || a.max_retries() != b.max_retries() ||
+      a.position() != b.position() || a.health() != b.health() || a.has_timeout() != b.has_timeout() ||
+      a.timeout().seconds() != b.timeout().seconds() || a.timeout().nanos() != b.timeout().nanos() ||
+      a.labels_size() != b.labels_size()) {
+    return false;
+  }
+  for (const auto& [key, value] : a.labels()) {
+    auto it = b.labels().find(key);
+    if (it == b.labels().end() || it->second != value) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Client::RememberPlan(const std::string& chain, const google::protobuf::RepeatedPtrField<v1::Attempt>& attempts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::Attempt>& order = last_plan_[chain];
+  if (std::equal(order.begin(), order.end(), attempts.begin(), attempts.end(), SameAttempt)) return;
+  order.assign(attempts.begin(), attempts.end());
 }
 
 void Client::Promote(const std::string& chain, const std::string& target) {
@@ -601,21 +629,20 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     }
     return RunStatic(chain, "", cached, {}, attempt, options, std::move(result));
   }
-  std::vector<v1::Attempt> plan_attempts(plan.attempts().begin(), plan.attempts().end());
-  if (plan_attempts.empty()) {
+  if (plan.attempts().empty()) {
     result.error = absl::StrCat("failoverd returned an empty plan for chain ", chain);
     return result;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_plan_[chain] = plan_attempts;
-  }
-
-  v1::Attempt current = plan_attempts.front();
+  RememberPlan(chain, plan.attempts());
+  // The plan's attempts stay in `plan` (copied only to go fail-static); one
+  // failoverd names later (TRY_NEXT) is moved into `named`.
+  const auto plan_copy = [&plan] { return std::vector<v1::Attempt>(plan.attempts().begin(), plan.attempts().end()); };
+  const v1::Attempt* current = &plan.attempts(0);
+  v1::Attempt named;
   std::vector<std::string> tried;
   uint32_t number = 1;
   std::optional<AttemptOutcome> ready;  // the current attempt's outcome, already in hand
-  if (options.idempotent && plan_attempts.size() >= 2 && FromProto(plan.hedge_after()) > absl::ZeroDuration()) {
+  if (options.idempotent && plan.attempts_size() >= 2 && FromProto(plan.hedge_after()) > absl::ZeroDuration()) {
     HedgeResult h = Hedge(chain, plan, attempt, &budget);
     if (!h.hedged) {
       ready = std::move(h.first);
@@ -634,7 +661,9 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         result.error = absl::StrCat("failoverd refused the report: ", h.refusal);
         return result;
       }
-      if (!h.reached) return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, options, std::move(result));
+      if (!h.reached) {
+        return RunStatic(chain, plan.decision_id(), plan_copy(), tried, attempt, options, std::move(result));
+      }
       // Both failed: the verdict on the last one decides.
       number = 3;
       switch (h.last_verdict.verdict()) {
@@ -644,10 +673,12 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
             return result;
           }
           options_.sleep(FromProto(h.last_verdict.retry_delay()));
-          current = h.last_attempt;
+          named = std::move(h.last_attempt);
+          current = &named;
           break;
         case v1::VERDICT_TRY_NEXT:
-          current = h.last_verdict.next_attempt();
+          named = std::move(*h.last_verdict.mutable_next_attempt());
+          current = &named;
           break;
         default:
           result.error = h.last_verdict.error();
@@ -665,12 +696,12 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         result.error = stop;
         return result;
       }
-      out = attempt(current, AttemptContext{number, false, nullptr});
+      out = attempt(*current, AttemptContext{number, false, nullptr});
     }
-    tried.push_back(current.target());
-    AttemptRecord record{current.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
+    tried.push_back(current->target());
+    AttemptRecord record{current->target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
-    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current.target(), number, out);
+    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current->target(), number, out);
     v1::ReportOutcomeResponse verdict;
     std::string refusal;
     const Sent sent = Report(&report, &verdict, &refusal, &budget);
@@ -679,7 +710,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       result.attempts.push_back(record);
       result.ok = out.ok;
       if (out.ok) {
-        result.served_by = current.target();
+        result.served_by = current->target();
         result.response = std::move(out.response);
       } else {
         result.error = absl::StrCat("failoverd refused the report: ", refusal);
@@ -688,17 +719,17 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     }
     if (sent == Sent::kUnreachable) {
       // failoverd went away mid-request: keep the report, carry on down the plan.
-      Buffer(report);
+      Buffer(std::move(report));
       result.attempts.push_back(record);
       if (out.ok) {
         result.ok = true;
-        result.served_by = current.target();
+        result.served_by = current->target();
         result.response = std::move(out.response);
         result.fail_static = true;
-        Promote(chain, current.target());
+        Promote(chain, current->target());
         return result;
       }
-      return RunStatic(chain, plan.decision_id(), plan_attempts, tried, attempt, options, std::move(result));
+      return RunStatic(chain, plan.decision_id(), plan_copy(), tried, attempt, options, std::move(result));
     }
     record.verdict = verdict.verdict();
     record.reason = verdict.reason();
@@ -706,9 +737,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     switch (verdict.verdict()) {
       case v1::VERDICT_DONE:
         result.ok = out.ok;
-        result.served_by = current.target();
+        result.served_by = current->target();
         if (out.ok) result.response = std::move(out.response);
-        Promote(chain, current.target());
+        // The plan just remembered starts with its first attempt already.
+        if (current != &plan.attempts(0)) Promote(chain, current->target());
         return result;
       case v1::VERDICT_RETRY_SAME:
         if (std::string stop = StopReason(options, FromProto(verdict.retry_delay())); !stop.empty()) {
@@ -718,7 +750,8 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         options_.sleep(FromProto(verdict.retry_delay()));
         break;
       case v1::VERDICT_TRY_NEXT:
-        current = verdict.next_attempt();
+        named = std::move(*verdict.mutable_next_attempt());
+        current = &named;
         break;
       default:
         result.error = verdict.error().empty() ? Describe(out.failure) : verdict.error();

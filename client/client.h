@@ -204,12 +204,17 @@ class Client {
   };
   // Stamps `req` with its report id before the first send, so a copy buffered
   // after a call that did reach failoverd counts once when it is sent again.
+  // Delivered to the local copy, `req` is moved into the backlog: the caller
+  // uses it again only when it comes back kUnreachable.
   Sent Report(v1::ReportOutcomeRequest* req, v1::ReportOutcomeResponse* resp, std::string* refusal,
               CallBudget* budget);
   // Returns the backlog's size. A success on the same chain and target as
   // the newest buffered one joins it (ReportOutcomeRequest.count).
   size_t Buffer(v1::ReportOutcomeRequest req);
   bool CoalesceLocked(const v1::ReportOutcomeRequest& req);
+  // Keeps a plan failoverd gave as the order for fail-static runs on `chain`
+  // (copied only when it differs from the one kept).
+  void RememberPlan(const std::string& chain, const google::protobuf::RepeatedPtrField<v1::Attempt>& attempts);
   // Moves `target` to the front of the cached order: the next fail-static run
   // starts where the last request was served, as failoverd's active target would.
   void Promote(const std::string& chain, const std::string& target);

@@ -66,7 +66,7 @@ std::shared_ptr<LocalDecisions::Copy> LocalDecisions::Current() const {
   return copy_;
 }
 
-bool LocalDecisions::Ready() const { return Current() != nullptr; }
+bool LocalDecisions::Ready() const { return ready_.load(std::memory_order_acquire); }
 
 grpc::Status LocalDecisions::Pick(const v1::PickTargetRequest& req, v1::PickTargetResponse* resp) {
   std::shared_ptr<Copy> copy = Current();
@@ -233,6 +233,7 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
         copy_ = std::move(fresh);
         connected_ = true;
       }
+      ready_.store(true, std::memory_order_release);
       loads_.fetch_add(1, std::memory_order_relaxed);
       changed_.notify_all();
     } else if (update.has_change()) {

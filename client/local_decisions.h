@@ -105,6 +105,9 @@ class LocalDecisions final : public LocalDecider {
   mutable std::mutex mu_;
   mutable std::condition_variable changed_;
   std::shared_ptr<Copy> copy_;                  // guarded by mu_
+  // Set once copy_ is: it is replaced after that, never cleared. Ready() is
+  // asked twice a request, so it takes no lock.
+  std::atomic<bool> ready_{false};
   bool connected_ = false;                      // guarded by mu_
   absl::Time last_heard_ = absl::InfinitePast();      // guarded by mu_: the last message from failoverd
   absl::Time stream_started_ = absl::InfinitePast();  // guarded by mu_

@@ -14,6 +14,7 @@
 #include "failover/v1/decision_mock.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace failover::client {
 namespace {
@@ -169,6 +170,91 @@ TEST_F(ClientTest, UnreachableServesFromTheLastPlanSeen) {
   LoopResult r = client_->Run("ch", Attempt({{"b", {Ok()}}}));
   EXPECT_TRUE(r.fail_static);
   EXPECT_EQ(r.served_by, "b");  // the cached order, not declared
+}
+
+// A fail-static run starts where the last request was served, and a plan
+// failoverd gives later puts its own order back.
+TEST_F(ClientTest, AFailStaticRunStartsWithTheTargetThatServedLast) {
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(Plan({"a", "b"})), Return(grpc::Status::OK)))
+      .WillOnce(Return(kUnavailable))
+      .WillOnce(DoAll(SetArgPointee<2>(Plan({"a", "b"})), Return(grpc::Status::OK)))
+      .WillOnce(Return(kUnavailable));
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_TRY_NEXT, "b")), Return(grpc::Status::OK)))
+      .WillRepeatedly(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_DONE)), Return(grpc::Status::OK)));
+  EXPECT_EQ(client_->Run("ch", Attempt({{"a", {Fail(500)}}, {"b", {Ok()}}})).served_by, "b");
+  called_.clear();
+  LoopResult r = client_->Run("ch", Attempt({{"a", {Ok()}}, {"b", {Ok()}}}));
+  EXPECT_TRUE(r.fail_static);
+  EXPECT_EQ(called_, std::vector<std::string>{"b"});
+
+  now_ += absl::Minutes(1);  // past the backoff: failoverd is asked again
+  EXPECT_EQ(client_->Run("ch", Attempt({{"a", {Ok()}}})).served_by, "a");
+  now_ += absl::Minutes(1);
+  called_.clear();
+  r = client_->Run("ch", Attempt({{"a", {Ok()}}, {"b", {Ok()}}}));
+  EXPECT_TRUE(r.fail_static);
+  EXPECT_EQ(called_, std::vector<std::string>{"a"});
+}
+
+// The order kept for fail-static runs is the latest plan, whatever field of
+// an attempt changed (every field of Attempt, so a field added later is
+// checked too).
+TEST(ClientPlanCacheTest, AFailStaticRunGetsTheLatestPlansAttemptsWhicheverFieldChanged) {
+  v1::Attempt base;
+  base.set_target("a");
+  base.set_upstream_model("m");
+  (*base.mutable_labels())["k"] = "v";
+  base.mutable_timeout()->set_seconds(1);
+  base.set_max_retries(1);
+  base.set_position(0);
+  base.set_health(v1::HEALTH_STATE_HEALTHY);
+  const google::protobuf::Descriptor* d = v1::Attempt::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    SCOPED_TRACE(f->name());
+    v1::Attempt changed = base;
+    const google::protobuf::Reflection* r = changed.GetReflection();
+    if (f->is_map()) {
+      ASSERT_EQ(f->name(), "labels");
+      (*changed.mutable_labels())["k"] = "w";  // as many labels, one value changed
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      r->SetString(&changed, f, r->GetString(base, f) + "2");
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT32) {
+      r->SetUInt32(&changed, f, r->GetUInt32(base, f) + 1);
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_ENUM) {
+      r->SetEnumValue(&changed, f, r->GetEnumValue(base, f) + 1);
+    } else if (f->message_type() == google::protobuf::Duration::descriptor()) {
+      changed.mutable_timeout()->set_nanos(5);
+    } else {
+      FAIL() << "Attempt." << f->name() << " is of a kind this test cannot change yet";
+    }
+    auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+    ClientOptions options;
+    options.background_flush = false;
+    Client client(stub, options);
+    v1::PickTargetResponse first, second;
+    *first.add_attempts() = base;
+    *second.add_attempts() = changed;
+    EXPECT_CALL(*stub, PickTarget(_, _, _))
+        .WillOnce(DoAll(SetArgPointee<2>(first), Return(grpc::Status::OK)))
+        .WillOnce(DoAll(SetArgPointee<2>(second), Return(grpc::Status::OK)))
+        .WillOnce(Return(kUnavailable));
+    EXPECT_CALL(*stub, ReportOutcome(_, _, _))
+        .WillRepeatedly(DoAll(SetArgPointee<2>(Verdict(v1::VERDICT_DONE)), Return(grpc::Status::OK)));
+    v1::Attempt seen;
+    auto attempt = [&seen](const v1::Attempt& a) {
+      seen = a;
+      return Ok();
+    };
+    ASSERT_TRUE(client.Run("ch", attempt).ok);
+    ASSERT_TRUE(client.Run("ch", attempt).ok);
+    seen.Clear();
+    LoopResult served = client.Run("ch", attempt);
+    EXPECT_TRUE(served.fail_static);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(seen, changed)) << seen.DebugString();
+  }
 }
 
 TEST_F(ClientTest, ReportFailingMidLoopCarriesOnDownThePlan) {

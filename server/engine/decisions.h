@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
 
 namespace failover {
@@ -25,30 +25,78 @@ namespace failover {
 // final error message.
 // ---------------------------------------------------------------------------
 
+// The text is "<epoch>-<seq>-<unix ms>-<exclude mask>-<flags>~<chain>", the
+// numbers in lowercase hex without leading zeros. It is made and read on
+// every local decision, so both are written out by hand: no allocation but
+// the id's own buffer, which the caller reuses.
 struct Engine::DecisionId {
   uint32_t epoch = 0;
   uint64_t seq = 0;
   absl::Time time;
   uint64_t exclude_mask = 0;
   bool single_attempt = false;
-  std::string chain;
+  absl::string_view chain;  // points into the text it was read from
+
+  void Format(std::string* out) const {
+    out->clear();
+    AppendHex(epoch, out);
+    out->push_back('-');
+    AppendHex(seq, out);
+    out->push_back('-');
+    AppendHex(static_cast<uint64_t>(absl::ToUnixMillis(time)), out);
+    out->push_back('-');
+    AppendHex(exclude_mask, out);
+    out->append(single_attempt ? "-1~" : "-0~");
+    out->append(chain.data(), chain.size());
+  }
 
   static bool Parse(absl::string_view text, DecisionId* out) {
-    const size_t tilde = text.find('~');
-    if (tilde == absl::string_view::npos) return false;
-    out->chain = std::string(text.substr(tilde + 1));
-    std::vector<absl::string_view> parts = absl::StrSplit(text.substr(0, tilde), '-');
-    if (parts.size() != 5) return false;
-    uint64_t epoch = 0, ms = 0, flags = 0;
-    if (!absl::SimpleHexAtoi(parts[0], &epoch) || !absl::SimpleHexAtoi(parts[1], &out->seq) ||
-        !absl::SimpleHexAtoi(parts[2], &ms) || !absl::SimpleHexAtoi(parts[3], &out->exclude_mask) ||
-        !absl::SimpleHexAtoi(parts[4], &flags)) {
-      return false;
+    uint64_t fields[5];
+    for (int i = 0; i < 5; ++i) {
+      if (!TakeHex(&text, i < 4 ? '-' : '~', &fields[i])) return false;
     }
-    out->epoch = static_cast<uint32_t>(epoch);
-    out->time = absl::FromUnixMillis(static_cast<int64_t>(ms));
-    out->single_attempt = (flags & 1) != 0;
-    return !out->chain.empty();
+    if (text.empty()) return false;  // no chain
+    out->epoch = static_cast<uint32_t>(fields[0]);
+    out->seq = fields[1];
+    out->time = absl::FromUnixMillis(static_cast<int64_t>(fields[2]));
+    out->exclude_mask = fields[3];
+    out->single_attempt = (fields[4] & 1) != 0;
+    out->chain = text;
+    return true;
+  }
+
+ private:
+  static void AppendHex(uint64_t v, std::string* out) {
+    char digits[16];
+    char* p = digits + sizeof(digits);
+    do {
+      *--p = "0123456789abcdef"[v & 0xf];
+      v >>= 4;
+    } while (v != 0);
+    out->append(p, digits + sizeof(digits) - p);
+  }
+  // Reads 1 to 16 hex digits and the `stop` after them off the front of `text`.
+  static bool TakeHex(absl::string_view* text, char stop, uint64_t* out) {
+    uint64_t v = 0;
+    size_t i = 0;
+    for (; i < text->size() && (*text)[i] != stop; ++i) {
+      const char c = (*text)[i];
+      int digit;
+      if (c >= '0' && c <= '9') {
+        digit = c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        digit = c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        digit = c - 'A' + 10;
+      } else {
+        return false;
+      }
+      v = v << 4 | static_cast<uint64_t>(digit);
+    }
+    if (i == 0 || i > 16 || i == text->size()) return false;
+    text->remove_prefix(i + 1);
+    *out = v;
+    return true;
   }
 };
 

@@ -125,7 +125,7 @@ bool Engine::SuccessMayChangeState(absl::string_view target) const {
 
 std::string Engine::ChainOfDecision(absl::string_view decision_id) {
   DecisionId id;
-  return DecisionId::Parse(decision_id, &id) ? id.chain : "";
+  return DecisionId::Parse(decision_id, &id) ? std::string(id.chain) : std::string();
 }
 
 uint64_t Engine::next_sequence() const {

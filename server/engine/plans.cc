@@ -251,10 +251,14 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
 
 void Engine::MakeDecisionId(const std::string& chain, uint64_t exclude_mask, bool single_attempt, absl::Time now,
                             std::string* out) {
-  const uint64_t seq = decision_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
-  out->clear();  // reuses the caller's buffer
-  absl::StrAppend(out, absl::Hex(epoch_), "-", absl::Hex(seq), "-", absl::Hex(absl::ToUnixMillis(now)), "-",
-                  absl::Hex(exclude_mask), "-", single_attempt ? 1 : 0, "~", chain);
+  DecisionId id;
+  id.epoch = epoch_;
+  id.seq = decision_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  id.time = now;
+  id.exclude_mask = exclude_mask;
+  id.single_attempt = single_attempt;
+  id.chain = chain;
+  id.Format(out);  // reuses the caller's buffer
 }
 
 absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Events* events) {

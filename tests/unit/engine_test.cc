@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 EngineOptions NoJitter() {
   EngineOptions o;
@@ -1173,6 +1174,45 @@ TEST_F(EngineTest, AReportWithADecisionIdFailoverdNeverIssuedIsRefusedAndCountsN
   EXPECT_THAT(std::string(s.message()), HasSubstr("decision_id: \"garbage\" is not a decision id"));
   EXPECT_TRUE(events.empty());
   EXPECT_EQ(engine_.GetTarget("argus-llm")->status.last_error, "");
+}
+
+// Decision ids keep their text across versions (an id issued before an
+// upgrade and restart still counts), and one cut or bent anywhere is refused.
+TEST_F(EngineTest, DecisionIdsKeepTheirFormatAndAMangledOneIsRefused) {
+  TwoTargetChain();
+  const std::string id = Pick("assistant-llm").decision_id;
+  EXPECT_THAT(id, MatchesRegex("[0-9a-f]+-[0-9a-f]+-[0-9a-f]+-0-0~assistant-llm"));
+  EXPECT_TRUE(Report(id, "argus-llm", Success()).decision_known);
+  // Another process's id (epoch 1a2b, decision 7f, made in 2023, the second
+  // target excluded, one attempt only) is read and counted, not known here.
+  ReportResult other = Report("1a2b-7f-18b8a6c9e00-2-1~assistant-llm", "argus-llm", Http(500));
+  EXPECT_FALSE(other.decision_known);
+  EXPECT_EQ(Health("argus-llm"), HealthState::kDown);
+
+  const std::string fields = id.substr(0, id.find('~'));
+  const std::string epoch = id.substr(0, id.find('-')), rest = id.substr(id.find('-'));
+  const std::vector<std::string> mangled = {
+      fields + "~",                       // no chain
+      fields + "-0~assistant-llm",        // a sixth number
+      fields + "-assistant-llm",          // no ~
+      rest.substr(1),                     // four numbers
+      "x" + id,                           // not hex
+      epoch + "g" + rest,                 // not hex inside a number
+      epoch + "-" + rest,                 // an empty number
+      "11112222333344445" + rest,         // 17 digits
+  };
+  for (const std::string& bad : mangled) {
+    ReportRequest req;
+    req.decision_id = bad;
+    req.target = "gemma-local";
+    req.facts = Http(500);
+    ReportResult r;
+    Events events;
+    const absl::Status s = engine_.Report(req, now_, &r, &events);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(events.empty()) << bad;
+  }
+  EXPECT_EQ(Health("gemma-local"), HealthState::kUnknown);
 }
 
 TEST_F(EngineTest, ReportWithoutOrWithAnExpiredDecisionStillUpdatesHealthAndGetsAVerdict) {

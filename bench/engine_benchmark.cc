@@ -297,6 +297,25 @@ void BM_ApplyOneChain(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyOneChain)->Unit(benchmark::kMillisecond);
 
+// The same edit as a cluster follower applies it: the Change from the log,
+// on a world of its own.
+void BM_FollowOneChainEdit(benchmark::State& state) {
+  static World* follower = new World(false);
+  ChainConfig chain = *follower->engine.snapshot()->FindChain(follower->chains[0])->config;
+  uint64_t generation = follower->engine.snapshot()->generation;
+  absl::Time now = kStart;
+  for (auto _ : state) {
+    chain.failover_enabled = !chain.failover_enabled;
+    Change change;
+    change.config_generation = ++generation;
+    change.put_chains.push_back(chain);
+    now += absl::Seconds(1);
+    const absl::Status applied = follower->engine.ApplyChange(change, now);
+    if (!applied.ok()) state.SkipWithError(std::string(applied.message()).c_str());
+  }
+}
+BENCHMARK(BM_FollowOneChainEdit)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 }  // namespace failover
 

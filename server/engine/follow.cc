@@ -3,6 +3,7 @@
 // Change are absolute (each is the state as the change left it), so applying
 // one sets state; nothing is decided, no event is made, no Change is emitted.
 #include <algorithm>
+#include <vector>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -20,10 +21,8 @@ using namespace internal;  // NOLINT: the engine's own helpers
 absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   std::lock_guard<std::mutex> writer(writer_mu_);
   std::shared_ptr<const Snapshot> snap = Load();
-  std::set<std::string> touched;  // targets whose effective state may have moved
-  for (const ManualFailoverRecord& m : change.manual) touched.insert(m.target);
-  for (const TargetStateRecord& r : change.targets) touched.insert(r.name);
-  if (change.config_generation != 0) {
+  const bool config_changed = change.config_generation != 0;
+  if (config_changed) {
     ConfigsByName<TargetConfig> targets(snap->targets);
     ConfigsByName<ChainConfig> chains(snap->chains);
     for (const std::string& name : change.deleted_targets) targets.Erase(name);
@@ -33,7 +32,20 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
       targets.Put(change.put_targets[i]);
     }
     for (const ChainConfig& c : change.put_chains) chains.Put(c);
-    for (const auto& [_, c] : chains.all()) {
+    // Checked: the chains the change puts, and the ones it keeps that list a
+    // target it deletes. No other chain can have become invalid (a chain
+    // names only targets), and a one-chain edit in a large config costs the
+    // follower what it costs the leader.
+    std::vector<const ChainConfig*> to_check;
+    for (const ChainConfig& c : change.put_chains) to_check.push_back(chains.Find(c.name));
+    for (const std::string& name : change.deleted_targets) {
+      const TargetEntry* gone = snap->FindTarget(name);
+      if (gone == nullptr) continue;
+      for (uint32_t i : snap->ChainsOf(*gone)) {
+        if (const ChainConfig* c = chains.Find(snap->chains[i].config->name)) to_check.push_back(c);
+      }
+    }
+    for (const ChainConfig* c : to_check) {
       RETURN_IF_ERROR(ValidateChain(*c, absl::StrCat("chain \"", c->name, "\""),
                                     [&](const std::string& n) { return targets.Has(n) ? "target" : ""; }));
     }
@@ -44,7 +56,6 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
       snapshot_ = next;
     }
     for (const TargetEntry& t : next->targets) {
-      touched.insert(t.config->name);
       std::lock_guard<std::mutex> lock(t.rt->mu);
       if (t.config_generation == next->generation) t.rt->VoidLease();
     }
@@ -71,12 +82,20 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
     t->rt->held_until_ns.store(HeldUntilNanos(r.held_until), std::memory_order_relaxed);
     t->rt->record_unsaved = false;  // failoverd's record replaces this copy's own hold
   }
+  // Each target whose effective state may have moved: every one after a
+  // config change (enabled may have flipped), else those the records name.
+  // Publishing one twice does nothing the second time.
   Events ignored;  // the events were failoverd's; it numbered and published them
-  for (const std::string& name : touched) {
-    const TargetEntry* t = snap->FindTarget(name);
-    if (t == nullptr) continue;
+  auto publish = [&](const TargetEntry* t) {
+    if (t == nullptr) return;
     std::lock_guard<std::mutex> lock(t->rt->mu);
     PublishLocked(*t, t->rt->Effective(), t->rt->source, t->rt->reason, now, &ignored);
+  };
+  if (config_changed) {
+    for (const TargetEntry& t : snap->targets) publish(&t);
+  } else {
+    for (const ManualFailoverRecord& m : change.manual) publish(snap->FindTarget(m.target));
+    for (const TargetStateRecord& r : change.targets) publish(snap->FindTarget(r.name));
   }
   for (const ChainStateRecord& r : change.chains) {
     const ChainEntry* c = snap->FindChain(r.name);

@@ -316,5 +316,29 @@ TEST_F(FollowTest, ChangeNamingAnUnknownTargetInAChainIsRefusedWhole) {
   EXPECT_EQ(follower_->generation(), lead_.generation());
 }
 
+// A follower checks only what a Change touches, but that includes the chains
+// it leaves alone that list a target it deletes.
+TEST_F(FollowTest, ChangeDeletingATargetAKeptChainListsIsRefusedWhole) {
+  Apply({Target("a"), Target("b"), Target("c")}, {Chain("x", {"a", "b"}), Chain("y", {"b", "c"})});
+  ExpectSame();
+  Change bad;
+  bad.config_generation = lead_.generation() + 1;
+  bad.deleted_targets.push_back("c");
+  bad.put_chains.push_back(Chain("x", {"b", "a"}));
+  absl::Status s = follower_->ApplyChange(bad, now_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("chain \"y\".targets[1]: unknown target \"c\""));
+  EXPECT_THAT(Plan(*follower_, "x"), ElementsAre("a", "b"));
+  EXPECT_THAT(Plan(*follower_, "y"), ElementsAre("b", "c"));
+  EXPECT_EQ(follower_->generation(), lead_.generation());
+
+  // Deleted with the chain that listed it, it goes.
+  Change good = bad;
+  good.deleted_chains.push_back("y");
+  ASSERT_TRUE(follower_->ApplyChange(good, now_).ok());
+  EXPECT_EQ(follower_->generation(), good.config_generation);
+  EXPECT_EQ(follower_->GetTarget("c").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace failover

@@ -229,7 +229,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
     for (size_t k = 0; k < e.config->targets.size(); ++k) {
       const uint32_t ti = listed_targets[next_listed++];
       TargetEntry& t = snap->targets[ti];
-      e.slots.push_back(ChainSlot{&t, t.rt.get(), t.config->limit_rpm, t.config->HasHealthCheck()});
+      e.slots.push_back(ChainSlot{&t, t.config->limit_rpm, t.config->HasHealthCheck()});
       snap->target_chains[t.chains_begin + t.chains_count++] = chain_index;
       // A target without settings of its own takes its chains', on which an
       // apply made them agree (CheckSharedHealth). State stored by an older
@@ -309,7 +309,7 @@ Engine::ChainDecision Engine::DecideChainLocked(const Snapshot& snap, const Chai
   ChainRuntime& rt = *chain.rt;
   const size_t n = chain.slots.size();
   auto entry = [&](size_t i) -> const TargetEntry& { return *chain.slots[i].target; };
-  auto health = [&](size_t i) { return chain.slots[i].rt->Effective(); };
+  auto health = [&](size_t i) { return chain.slots[i].rt()->Effective(); };
 
   int first_usable = -1;
   for (size_t i = 0; i < n && first_usable < 0; ++i) {

@@ -114,7 +114,7 @@ int Engine::LeastLatencyFirst(const ChainEntry& chain, uint64_t eligible) {
   int64_t best = INT64_MAX;
   for (size_t i = 0; i < chain.slots.size(); ++i) {
     if (!(eligible & Bit(i))) continue;
-    const int64_t latency = chain.slots[i].rt->latency_ns.load(std::memory_order_relaxed);
+    const int64_t latency = chain.slots[i].rt()->latency_ns.load(std::memory_order_relaxed);
     if (latency < 0) return static_cast<int>(i);
     if (latency < best) {
       best = latency;
@@ -142,7 +142,7 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   auto entry = [&](size_t i) -> const TargetEntry& { return *chain.slots[i].target; };
   auto push = [&](size_t i) {
     const ChainSlot& slot = chain.slots[i];
-    out->push_back(PlannedAttempt{slot.target, slot.rt->Effective(), static_cast<uint32_t>(i)});
+    out->push_back(PlannedAttempt{slot.target, slot.rt()->Effective(), static_cast<uint32_t>(i)});
   };
 
   if (!rt.pinned.empty()) {
@@ -167,10 +167,10 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   for (size_t i = 0; i < n; ++i) {
     if (exclude_mask & Bit(i)) continue;
     const ChainSlot& slot = chain.slots[i];
-    const HealthState h = slot.rt->Effective();
+    const HealthState h = slot.rt()->Effective();
     if (h == HealthState::kDisabled || h == HealthState::kManual) continue;
     any_enabled |= Bit(i);
-    if (slot.rt->held_until_ns.load(std::memory_order_relaxed) > now_ns || Saturated(*slot.rt, slot.limit_rpm, now)) {
+    if (slot.rt()->held_until_ns.load(std::memory_order_relaxed) > now_ns || Saturated(*slot.rt(), slot.limit_rpm, now)) {
       continue;
     }
     if (IsUsable(h)) eligible |= Bit(i);
@@ -241,7 +241,7 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
 
   std::vector<std::string> why;
   for (size_t i = 0; i < n; ++i) {
-    const HealthState h = chain.slots[i].rt->Effective();
+    const HealthState h = chain.slots[i].rt()->Effective();
     why.push_back(absl::StrCat(entry(i).config->name, " (",
                                (exclude_mask & Bit(i)) ? "excluded" : HealthStateName(h), ")"));
   }

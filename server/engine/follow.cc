@@ -3,8 +3,8 @@
 // Change are absolute (each is the state as the change left it), so applying
 // one sets state; nothing is decided, no event is made, no Change is emitted.
 #include <algorithm>
-#include <vector>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/replace_with.h"

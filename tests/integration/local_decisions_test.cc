@@ -368,7 +368,11 @@ TEST(LocalDecisionsProcessTest, DecisionsGoOnFromTheCopyWhileFailoverdIsAwayAndI
   ASSERT_TRUE(proc->Start(&error)) << error;
   // The copy follows again from a fresh state, and the reports made meanwhile
   // reach failoverd, which trips a on them.
-  ASSERT_TRUE(Eventually([&] { return local->loads() >= 2 && local->Staleness() == absl::ZeroDuration(); }));
+  // As long as the first load may take: the restarted failoverd, under a
+  // sanitizer on a loaded machine, can take most of ten seconds to answer.
+  ASSERT_TRUE(Eventually([&] { return local->loads() >= 2 && local->Staleness() == absl::ZeroDuration(); },
+                         absl::ToChronoSeconds(kFirstLoad)))
+      << local->last_error();
   auto admin2 = v1::AdminService::NewStub(proc->Channel());
   ASSERT_TRUE(Eventually([&] {
     grpc::ClientContext ctx;

@@ -35,24 +35,19 @@ void ToProto(absl::Duration d, google::protobuf::Duration* out) {
   out->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(d - absl::Seconds(out->seconds()))));
 }
 
-void FillReport(const std::string& chain, const std::string& decision_id, const std::string& target, uint32_t number,
-                const AttemptOutcome& out, v1::ReportOutcomeRequest* req) {
-  req->set_chain(chain);
-  req->set_decision_id(decision_id);
-  req->set_target(target);
-  req->set_attempt(number);
-  if (out.ok) {
-    req->mutable_success();
-  } else {
-    *req->mutable_failure() = out.failure;
-  }
-  if (out.latency > absl::ZeroDuration()) ToProto(out.latency, req->mutable_latency());
-}
-
 v1::ReportOutcomeRequest MakeReport(const std::string& chain, const std::string& decision_id,
                                     const std::string& target, uint32_t number, const AttemptOutcome& out) {
   v1::ReportOutcomeRequest req;
-  FillReport(chain, decision_id, target, number, out, &req);
+  req.set_chain(chain);
+  req.set_decision_id(decision_id);
+  req.set_target(target);
+  req.set_attempt(number);
+  if (out.ok) {
+    req.mutable_success();
+  } else {
+    *req.mutable_failure() = out.failure;
+  }
+  if (out.latency > absl::ZeroDuration()) ToProto(out.latency, req.mutable_latency());
   return req;
 }
 
@@ -127,7 +122,7 @@ size_t Client::buffered_reports() const {
   return outcomes;
 }
 
-size_t Client::Buffer(v1::ReportOutcomeRequest&& req) {
+size_t Client::Buffer(v1::ReportOutcomeRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   if (CoalesceLocked(req)) return buffered_.size();
   buffered_.push_back(std::move(req));
@@ -259,7 +254,7 @@ Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcome
   if (req.has_success() && options_.background_flush && options_.report_successes_in_background) {
     // A success's verdict is always DONE: no request waits for failoverd to
     // say so. The report goes with the backlog, from the client's thread.
-    if (Buffer(std::move(*request)) >= kBatch) WakeFlusher();
+    if (Buffer(req) >= kBatch) WakeFlusher();
     resp->set_verdict(v1::VERDICT_DONE);
     return Sent::kDelivered;
   }
@@ -560,7 +555,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
         h.last_verdict = verdict;
         break;
       case Sent::kUnreachable:
-        Buffer(std::move(report));
+        Buffer(report);
         h.reached = false;
         break;
       case Sent::kRefused:
@@ -588,21 +583,14 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
 LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options) {
   if (!options_.background_flush && buffered_reports() > 0) Flush(options_.flush_per_request);
   LoopResult result;
-  // The request's messages live in one arena that starts on the stack: a
-  // local decision then calls malloc for none of them or their strings.
-  alignas(16) char arena_block[4096];
-  google::protobuf::ArenaOptions arena_options;
-  arena_options.initial_block = arena_block;
-  arena_options.initial_block_size = sizeof(arena_block);
-  google::protobuf::Arena arena(arena_options);
-  v1::PickTargetRequest& pick = *google::protobuf::Arena::CreateMessage<v1::PickTargetRequest>(&arena);
+  v1::PickTargetRequest pick;
   pick.set_chain(chain);
   pick.set_body_bytes(options.body_bytes);
   pick.set_session_key(options.session_key);
   pick.set_request_id(options.request_id);
   for (const std::string& t : options.exclude_targets) pick.add_exclude_targets(t);
   CallBudget budget(options_.failoverd_budget);
-  v1::PickTargetResponse& plan = *google::protobuf::Arena::CreateMessage<v1::PickTargetResponse>(&arena);
+  v1::PickTargetResponse plan;
   // From the local copy when there is one; else from failoverd, unless it did
   // not answer a moment ago: then fail-static at once rather than wait out
   // another deadline.
@@ -713,9 +701,8 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     tried.push_back(current->target());
     AttemptRecord record{current->target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
-    v1::ReportOutcomeRequest& report = *google::protobuf::Arena::CreateMessage<v1::ReportOutcomeRequest>(&arena);
-    FillReport(chain, plan.decision_id(), current->target(), number, out, &report);
-    v1::ReportOutcomeResponse& verdict = *google::protobuf::Arena::CreateMessage<v1::ReportOutcomeResponse>(&arena);
+    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current->target(), number, out);
+    v1::ReportOutcomeResponse verdict;
     std::string refusal;
     const Sent sent = Report(&report, &verdict, &refusal, &budget);
     if (sent == Sent::kRefused) {

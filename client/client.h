@@ -204,15 +204,13 @@ class Client {
   };
   // Stamps `req` with its report id before the first send, so a copy buffered
   // after a call that did reach failoverd counts once when it is sent again.
-  // Delivered without a call (to the local copy, or a success left to the
-  // backlog), `req` is moved into the backlog: the caller uses it again only
-  // when it comes back kUnreachable.
+  // Delivered to the local copy, `req` is moved into the backlog: the caller
+  // uses it again only when it comes back kUnreachable.
   Sent Report(v1::ReportOutcomeRequest* req, v1::ReportOutcomeResponse* resp, std::string* refusal,
               CallBudget* budget);
   // Returns the backlog's size. A success on the same chain and target as
-  // the newest buffered one joins it (ReportOutcomeRequest.count), and `req`
-  // is left as it was; else it is moved in (copied from another arena).
-  size_t Buffer(v1::ReportOutcomeRequest&& req);
+  // the newest buffered one joins it (ReportOutcomeRequest.count).
+  size_t Buffer(v1::ReportOutcomeRequest req);
   bool CoalesceLocked(const v1::ReportOutcomeRequest& req);
   // Keeps a plan failoverd gave as the order for fail-static runs on `chain`
   // (copied only when it differs from the one kept).

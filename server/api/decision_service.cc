@@ -1,6 +1,7 @@
 #include "server/api/decision_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -62,19 +63,54 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* DecisionService::FollowState(grpc::C
 
 namespace {
 
+constexpr uint32_t kMaxOutcomes = 10000;  // per StreamOutcomes or ReportOutcomes call
+
+// What the bulk calls answer with: each outcome's answer tallied in order.
+class OutcomeTally {
+ public:
+  void Add(const absl::Status& status, const ReportOutcomeResponse& answer) {
+    if (status.ok()) {
+      ++accepted_;
+      duplicates_ += answer.duplicate();
+      if (!answer.not_saved().empty() && not_saved_.empty()) not_saved_ = answer.not_saved();
+    } else {
+      if (refused_++ == 0) first_refusal_ = absl::StrCat("outcomes[", accepted_ + refused_ - 1, "]: ", status.message());
+    }
+  }
+  uint32_t handled() const { return accepted_ + refused_; }
+  uint32_t accepted() const { return accepted_; }
+  absl::Status Summarize(const ServiceContext& ctx, grpc::ByteBuffer* out) const {
+    failover::v1::StreamOutcomesResponse summary;
+    summary.set_accepted(accepted_);
+    summary.set_refused(refused_);
+    summary.set_first_refusal(first_refusal_);
+    summary.set_duplicates(duplicates_);
+    summary.set_not_saved(not_saved_);
+    if (ctx.leader != nullptr) summary.set_cluster_log_index(ctx.leader->LogIndex());
+    return SerializeMessage(summary, out);
+  }
+
+ private:
+  uint32_t accepted_ = 0;
+  uint32_t refused_ = 0;
+  uint32_t duplicates_ = 0;
+  std::string first_refusal_;
+  std::string not_saved_;
+};
+
+// Whether a bulk call comes from a cluster follower passing its callers'
+// outcomes on (they count toward health here, and in its metrics there).
+bool Relayed(const ServiceContext& ctx, const grpc::CallbackServerContext& call) {
+  return call.client_metadata().count(kForwardedHeader) != 0 && ctx.FromAPeer(call);
+}
+
 // One StreamOutcomes call: reads reports one at a time and hands each to
 // DecisionService::StartReport, as ReportOutcome would.
 class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  static constexpr uint32_t kMaxOutcomes = 10000;
-
   OutcomeStream(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
                 grpc::ByteBuffer* response)
-      : service_(service),
-        ctx_(ctx),
-        call_(call),
-        response_(response),
-        relayed_(call->client_metadata().count(kForwardedHeader) != 0 && ctx.FromAPeer(*call)) {
+      : service_(service), ctx_(ctx), call_(call), response_(response), relayed_(Relayed(ctx, *call)) {
     const absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
     if (allowed.ok()) {
       StartRead(&in_);
@@ -85,20 +121,13 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client has sent everything
-      failover::v1::StreamOutcomesResponse summary;
-      summary.set_accepted(accepted_);
-      summary.set_refused(refused_);
-      summary.set_first_refusal(first_refusal_);
-      summary.set_duplicates(duplicates_);
-      summary.set_not_saved(not_saved_);
-      if (ctx_.leader != nullptr) summary.set_cluster_log_index(ctx_.leader->LogIndex());
-      const absl::Status serialized = SerializeMessage(summary, response_);
+      const absl::Status serialized = tally_.Summarize(ctx_, response_);
       if (!serialized.ok()) return Refuse(serialized);
       return Finish(grpc::Status::OK);
     }
-    if (accepted_ + refused_ >= kMaxOutcomes) {
+    if (tally_.handled() >= kMaxOutcomes) {
       return Refuse(absl::ResourceExhaustedError(absl::StrCat(
-          "outcomes: at most ", kMaxOutcomes, " per StreamOutcomes call; ", accepted_, " were handled")));
+          "outcomes: at most ", kMaxOutcomes, " per StreamOutcomes call; ", tally_.accepted(), " were handled")));
     }
     // The next one is read once this one is answered (durable), so they are
     // counted in the order sent; meanwhile no gRPC thread waits.
@@ -112,13 +141,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
  private:
   void Tally(const absl::Status& status) {
-    if (status.ok()) {
-      ++accepted_;
-      duplicates_ += answer_.duplicate();
-      if (!answer_.not_saved().empty() && not_saved_.empty()) not_saved_ = answer_.not_saved();
-    } else {
-      if (refused_++ == 0) first_refusal_ = absl::StrCat("outcomes[", accepted_ + refused_ - 1, "]: ", status.message());
-    }
+    tally_.Add(status, answer_);
     StartRead(&in_);
   }
 
@@ -131,17 +154,77 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const ServiceContext ctx_;
   grpc::CallbackServerContext* const call_;
   grpc::ByteBuffer* const response_;
-  const bool relayed_;  // from a cluster follower
+  const bool relayed_;
   grpc::ByteBuffer in_;
   ReportOutcomeResponse answer_;  // the one being answered
-  uint32_t accepted_ = 0;
-  uint32_t refused_ = 0;
-  uint32_t duplicates_ = 0;
-  std::string first_refusal_;
-  std::string not_saved_;
+  OutcomeTally tally_;
+};
+
+// One ReportOutcomes call: the outcomes of one message handed to
+// DecisionService::StartReport one after another, each once the one before
+// was answered (durable), as OutcomeStream does.
+class OutcomeBatch final : public grpc::ServerUnaryReactor {
+ public:
+  OutcomeBatch(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
+               const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : service_(service), ctx_(ctx), call_(call), response_(response), relayed_(Relayed(ctx, *call)) {
+    absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
+    if (allowed.ok()) allowed = ParseRequest(*request, &request_);
+    if (allowed.ok() && request_.outcomes_size() > static_cast<int>(kMaxOutcomes)) {
+      allowed = absl::InvalidArgumentError(
+          absl::StrCat("outcomes: at most ", kMaxOutcomes, " per ReportOutcomes call, got ", request_.outcomes_size()));
+    }
+    if (allowed.ok()) {
+      HandleFrom(0);
+    } else {
+      Refuse(allowed);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Hands on outcomes from `next` for as long as each is answered at once; one
+  // answered later (on the committer's thread or the call pool) goes on from
+  // there. Whichever of this loop and the answer is second goes on.
+  void HandleFrom(int next) {
+    for (; next < request_.outcomes_size(); ++next) {
+      answer_.Clear();
+      pending_.store(2, std::memory_order_relaxed);
+      service_->StartReport(request_.outcomes(next), &answer_, relayed_, [this, next](absl::Status status) {
+        tally_.Add(status, answer_);
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) HandleFrom(next + 1);
+      });
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    }
+    const absl::Status serialized = tally_.Summarize(ctx_, response_);
+    if (!serialized.ok()) return Refuse(serialized);
+    Finish(grpc::Status::OK);
+  }
+
+  void Refuse(const absl::Status& status) {
+    call_->AddTrailingMetadata(kAnsweredTrailer, "1");
+    Finish(ToGrpcStatus(status));
+  }
+
+  DecisionService* const service_;
+  const ServiceContext ctx_;
+  grpc::CallbackServerContext* const call_;
+  grpc::ByteBuffer* const response_;
+  const bool relayed_;
+  failover::v1::ReportOutcomesRequest request_;
+  ReportOutcomeResponse answer_;  // the one being answered
+  std::atomic<int> pending_{0};   // the loop and the answer of the outcome in hand
+  OutcomeTally tally_;
 };
 
 }  // namespace
+
+grpc::ServerUnaryReactor* DecisionService::ReportOutcomes(grpc::CallbackServerContext* ctx,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return new OutcomeBatch(this, ctx_, ctx, request, response);
+}
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* DecisionService::StreamOutcomes(grpc::CallbackServerContext* ctx,
                                                                            grpc::ByteBuffer* response) {

@@ -23,9 +23,10 @@ using DecisionServiceBase =
     DecisionGrpc::WithRawCallbackMethod_Probe<
     DecisionGrpc::WithRawCallbackMethod_WatchEvents<
     DecisionGrpc::WithRawCallbackMethod_StreamOutcomes<
+    DecisionGrpc::WithRawCallbackMethod_ReportOutcomes<
     DecisionGrpc::WithRawCallbackMethod_FollowState<
     DecisionGrpc::WithRawCallbackMethod_LeaseRpm<
-    DecisionGrpc::Service>>>>>>>;
+    DecisionGrpc::Service>>>>>>>>;
 
 class DecisionService final : public DecisionServiceBase {
  public:
@@ -46,6 +47,8 @@ class DecisionService final : public DecisionServiceBase {
                                                           const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* StreamOutcomes(grpc::CallbackServerContext* ctx,
                                                             grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ReportOutcomes(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* FollowState(grpc::CallbackServerContext* ctx,
                                                           const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* LeaseRpm(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,

@@ -133,6 +133,10 @@ class Replica final : public api::LeaderLink {
   void RunSession();  // the lease, the campaign, leadership
   void RunRelay();    // outcomes to the leader
   void RunRpmLeases();  // this replica's shares of the rpm caps, from the leader
+  struct Relayed;
+  // One batch of RunRelay's to the leader, counted there in order.
+  grpc::Status SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::vector<Relayed>& batch,
+                            failover::v1::StreamOutcomesResponse* summary);
   void DropOldestRelayedLocked();  // mu_ held: the queue is full
   void StampRelayed(failover::v1::ReportOutcomeRequest* report);
   // A call to the leader of this replica's own (relayed outcomes, rpm

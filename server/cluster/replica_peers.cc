@@ -143,6 +143,32 @@ void Replica::StampRelayed(failover::v1::ReportOutcomeRequest* report) {
   report->mutable_report_id()->set_sequence(++relay_sequence_);
 }
 
+grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::vector<Relayed>& batch,
+                                   failover::v1::StreamOutcomesResponse* summary) {
+  auto stub = failover::v1::DecisionService::NewStub(channel);
+  // One message for the batch: a stream would cost a write and a read a report
+  // on both sides.
+  failover::v1::ReportOutcomesRequest request;
+  request.mutable_outcomes()->Reserve(static_cast<int>(batch.size()));
+  for (const Relayed& r : batch) *request.add_outcomes() = r.report;
+  {
+    grpc::ClientContext context;
+    PrepareLeaderCall(&context);
+    grpc::Status sent = stub->ReportOutcomes(&context, request, summary);
+    if (sent.error_code() != grpc::StatusCode::UNIMPLEMENTED) return sent;
+  }
+  // A leader from before ReportOutcomes (a rolling upgrade): the same batch as
+  // a stream. The refusal counted nothing.
+  grpc::ClientContext context;
+  PrepareLeaderCall(&context);
+  auto writer = stub->StreamOutcomes(&context, summary);
+  for (const failover::v1::ReportOutcomeRequest& report : request.outcomes()) {
+    if (!writer->Write(report)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 void Replica::RunRelay() {
   while (!stopping_.load()) {
     std::vector<Relayed> batch;
@@ -185,16 +211,8 @@ void Replica::RunRelay() {
     std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
     grpc::Status sent(grpc::StatusCode::UNAVAILABLE, "no leader");
     if (channel) {
-      auto stub = failover::v1::DecisionService::NewStub(channel);
-      grpc::ClientContext context;
-      PrepareLeaderCall(&context);
       failover::v1::StreamOutcomesResponse summary;
-      auto writer = stub->StreamOutcomes(&context, &summary);
-      for (const Relayed& r : batch) {
-        if (!writer->Write(r.report)) break;
-      }
-      writer->WritesDone();
-      sent = writer->Finish();
+      sent = SendToLeader(channel, batch, &summary);
       if (sent.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         for (Relayed& r : batch) {

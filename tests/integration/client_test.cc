@@ -254,6 +254,80 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
   EXPECT_EQ(a.status().health(), v1::HEALTH_STATE_DOWN);
 }
 
+// ReportOutcomes: the same in one message, answered as StreamOutcomes is: in
+// order, a bad one named by its place, a resent id counted once; and a batch
+// over the limit refused whole, counting nothing.
+TEST(StreamOutcomesTest, ABatchInOneMessageCountsInOrderAndOverTheLimitCountsNothing) {
+  TempDir data;
+  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
+  std::string error;
+  ASSERT_TRUE(proc.Start(&error)) << error;
+  auto admin = v1::AdminService::NewStub(proc.Channel());
+  v1::ApplyRequest config = TwoTargetConfig();
+  config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(2);
+  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
+  auto decide = v1::DecisionService::NewStub(proc.Channel());
+  auto failure = [](const std::string& target, uint64_t id) {
+    v1::ReportOutcomeRequest r;
+    r.set_chain("ch");
+    r.set_target(target);
+    r.mutable_failure()->set_http_status(503);
+    r.mutable_report_id()->set_sender("batch-test");
+    r.mutable_report_id()->set_sequence(id);
+    return r;
+  };
+  auto health = [&](const std::string& target) {
+    v1::GetTargetRequest get;
+    get.set_name(target);
+    v1::TargetView view;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(admin->GetTarget(&ctx, get, &view).ok());
+    return view.status().health();
+  };
+  auto send = [&](const v1::ReportOutcomesRequest& batch, v1::StreamOutcomesResponse* summary) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return decide->ReportOutcomes(&ctx, batch, summary);
+  };
+
+  // One failure of a, one without a target, the first again under its id:
+  // a has one failure counted, under its threshold of two.
+  v1::ReportOutcomesRequest first;
+  *first.add_outcomes() = failure("a", 1);
+  *first.add_outcomes() = failure("", 2);
+  *first.add_outcomes() = failure("a", 1);
+  v1::StreamOutcomesResponse summary;
+  grpc::Status s = send(first, &summary);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(summary.accepted(), 2u);
+  EXPECT_EQ(summary.refused(), 1u);
+  EXPECT_EQ(summary.duplicates(), 1u);
+  EXPECT_EQ(summary.first_refusal(), "outcomes[1]: target: must not be empty");
+  EXPECT_NE(health("a"), v1::HEALTH_STATE_DOWN);
+
+  // Over the limit: refused whole, so b (two failures in it) stays up.
+  v1::ReportOutcomesRequest too_many;
+  for (uint64_t i = 0; i < 10001; ++i) *too_many.add_outcomes() = failure("b", 100 + i);
+  v1::StreamOutcomesResponse refused;
+  s = send(too_many, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "outcomes: at most 10000 per ReportOutcomes call, got 10001");
+  EXPECT_NE(health("b"), v1::HEALTH_STATE_DOWN);
+
+  // The second failure of a trips it; its answer waits for the save, and the
+  // outcomes after it are handled from there: two failures trip b too.
+  v1::ReportOutcomesRequest second;
+  *second.add_outcomes() = failure("a", 3);
+  *second.add_outcomes() = failure("b", 4);
+  *second.add_outcomes() = failure("b", 5);
+  s = send(second, &summary);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(summary.accepted(), 3u);
+  EXPECT_EQ(summary.duplicates(), 0u);
+  EXPECT_EQ(health("a"), v1::HEALTH_STATE_DOWN);
+  EXPECT_EQ(health("b"), v1::HEALTH_STATE_DOWN);
+}
+
 // The mark replicas put on the outcomes they relay to the leader (counted
 // toward health there, but not again in its metrics) is no one else's to use:
 // on a single node, sent by any caller, the outcomes count in the metrics.

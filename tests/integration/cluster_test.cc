@@ -37,29 +37,49 @@ using ::testing::HasSubstr;
 constexpr int kReplicas = 3;
 
 // Stands in for a leader the replicas relay outcomes to: records what each
-// StreamOutcomes call brought, and answers the first with an error after
-// reading all of it (a leader that counted a batch whose answer was lost).
+// call brought, and answers the first with an error after reading all of it
+// (a leader that counted a batch whose answer was lost). `batches`: it takes
+// ReportOutcomes, as failoverd does; without, it is a leader from before it
+// (UNIMPLEMENTED), which takes StreamOutcomes only.
 class FakeLeader final : public v1::DecisionService::Service {
  public:
+  explicit FakeLeader(bool batches) : batches_(batches) {}
+
+  grpc::Status ReportOutcomes(grpc::ServerContext* ctx, const v1::ReportOutcomesRequest* batch,
+                              v1::StreamOutcomesResponse* summary) override {
+    if (!batches_) return v1::DecisionService::Service::ReportOutcomes(ctx, batch, summary);
+    return Took({batch->outcomes().begin(), batch->outcomes().end()}, /*streamed=*/false, summary);
+  }
   grpc::Status StreamOutcomes(grpc::ServerContext*, grpc::ServerReader<v1::ReportOutcomeRequest>* reader,
                               v1::StreamOutcomesResponse* summary) override {
     std::vector<v1::ReportOutcomeRequest> got;
     v1::ReportOutcomeRequest report;
     while (reader->Read(&report)) got.push_back(report);
-    std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back(got);
-    if (calls_.size() == 1) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost");
-    summary->set_accepted(static_cast<uint32_t>(got.size()));
-    return grpc::Status::OK;
+    return Took(std::move(got), /*streamed=*/true, summary);
   }
   std::vector<std::vector<v1::ReportOutcomeRequest>> Calls() {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
   }
+  int streamed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return streamed_;
+  }
 
  private:
+  grpc::Status Took(std::vector<v1::ReportOutcomeRequest> got, bool streamed, v1::StreamOutcomesResponse* summary) {
+    std::lock_guard<std::mutex> lock(mu_);
+    streamed_ += streamed;
+    calls_.push_back(got);
+    if (calls_.size() == 1) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost");
+    summary->set_accepted(static_cast<uint32_t>(got.size()));
+    return grpc::Status::OK;
+  }
+
+  const bool batches_;
   std::mutex mu_;
   std::vector<std::vector<v1::ReportOutcomeRequest>> calls_;
+  int streamed_ = 0;
 };
 
 // Waits up to `seconds` for `check`.
@@ -175,6 +195,11 @@ class ClusterTest : public ::testing::Test {
     }
     return -1;
   }
+
+  // A follower that finds a fake leader (`batches`: one that takes
+  // ReportOutcomes) relays three failures to it; the batch whose answer was
+  // lost goes again with the same report ids.
+  void RelayToAFakeLeader(bool batches);
 
   // Applies `config` at the leader and waits until every replica that answers
   // has applied it too: a follower applies the log a moment after the leader
@@ -1567,10 +1592,20 @@ TEST_F(ClusterTest, GarbageAtTheNextLogIndexDoesNotStopElections) {
 // counts it once (it was counted again on every resend: one failure's trip
 // showed three times).
 TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
+  ASSERT_NO_FATAL_FAILURE(RelayToAFakeLeader(/*batches=*/true));
+}
+
+// The same to a leader from before ReportOutcomes (a rolling upgrade): the
+// batches go as streams, and keep their ids.
+TEST_F(ClusterTest, ALeaderWithoutReportOutcomesGetsTheBatchesAsStreams) {
+  ASSERT_NO_FATAL_FAILURE(RelayToAFakeLeader(/*batches=*/false));
+}
+
+void ClusterTest::RelayToAFakeLeader(bool batches) {
   ASSERT_NO_FATAL_FAILURE(ApplyAtLeader(Config(1000)));
   const int f = Follower();
   ASSERT_TRUE(Within(5, [&] { return Status(f).applied_index() == Status(leader_).applied_index(); }));
-  FakeLeader fake;
+  FakeLeader fake(batches);
   int fake_port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &fake_port);
@@ -1636,6 +1671,7 @@ TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
     EXPECT_TRUE(again) << "not sent again: " << r.ShortDebugString();
   }
   EXPECT_EQ(ids.size(), 3u) << "three failures, three ids";
+  EXPECT_EQ(fake.streamed(), batches ? 0 : static_cast<int>(calls.size()));
   server->Shutdown();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
@@ -56,6 +57,42 @@ std::string Describe(const v1::Failure& f) {
   if (!f.message().empty()) return f.message();
   return "failed";
 }
+
+// One request's own messages, which its thread keeps for its next request:
+// cleared, a message keeps its strings and repeated elements allocated, so
+// from the second request on a plan, a pick and a verdict cost no allocation.
+// A Run inside an attempt (on the same thread) gets new ones.
+struct RequestMessages {
+  v1::PickTargetRequest pick;
+  v1::PickTargetResponse plan;
+  v1::ReportOutcomeResponse verdict;
+  bool in_use = false;
+};
+
+class BorrowedMessages {
+ public:
+  BorrowedMessages() {
+    thread_local RequestMessages kept;
+    if (kept.in_use) {
+      own_ = std::make_unique<RequestMessages>();
+      messages_ = own_.get();
+    } else {
+      messages_ = &kept;
+      kept.pick.Clear();
+      kept.plan.Clear();
+    }
+    messages_->in_use = true;
+  }
+  ~BorrowedMessages() { messages_->in_use = false; }
+  BorrowedMessages(const BorrowedMessages&) = delete;
+  BorrowedMessages& operator=(const BorrowedMessages&) = delete;
+
+  RequestMessages* operator->() const { return messages_; }
+
+ private:
+  std::unique_ptr<RequestMessages> own_;
+  RequestMessages* messages_;
+};
 
 }  // namespace
 
@@ -583,14 +620,15 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
 LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const RunOptions& options) {
   if (!options_.background_flush && buffered_reports() > 0) Flush(options_.flush_per_request);
   LoopResult result;
-  v1::PickTargetRequest pick;
+  BorrowedMessages messages;
+  v1::PickTargetRequest& pick = messages->pick;
   pick.set_chain(chain);
   pick.set_body_bytes(options.body_bytes);
-  pick.set_session_key(options.session_key);
-  pick.set_request_id(options.request_id);
+  if (!options.session_key.empty()) pick.set_session_key(options.session_key);
+  if (!options.request_id.empty()) pick.set_request_id(options.request_id);
   for (const std::string& t : options.exclude_targets) pick.add_exclude_targets(t);
   CallBudget budget(options_.failoverd_budget);
-  v1::PickTargetResponse plan;
+  v1::PickTargetResponse& plan = messages->plan;
   // From the local copy when there is one; else from failoverd, unless it did
   // not answer a moment ago: then fail-static at once rather than wait out
   // another deadline.
@@ -702,7 +740,8 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     AttemptRecord record{current->target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
     v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current->target(), number, out);
-    v1::ReportOutcomeResponse verdict;
+    v1::ReportOutcomeResponse& verdict = messages->verdict;
+    verdict.Clear();
     std::string refusal;
     const Sent sent = Report(&report, &verdict, &refusal, &budget);
     if (sent == Sent::kRefused) {

@@ -94,6 +94,36 @@ TEST_F(ClientTest, DoneOnTheFirstTarget) {
   EXPECT_EQ(r.attempts[0].verdict, v1::VERDICT_DONE);
 }
 
+// A request's messages are kept by its thread for the next request; a Run
+// inside an attempt (an agent calling a tool that asks failoverd too) gets its
+// own, and the outer request goes on with its plan.
+TEST_F(ClientTest, ARunInsideAnAttemptLeavesTheOuterPlanAlone) {
+  v1::PickTargetResponse outer_plan = Plan({"a", "b"});
+  outer_plan.set_decision_id("d-outer");
+  v1::PickTargetResponse inner_plan = Plan({"x", "y"});
+  inner_plan.set_decision_id("d-inner");
+  EXPECT_CALL(*stub_, PickTarget(_, _, _))
+      .WillOnce(DoAll(SetArgPointee<2>(outer_plan), Return(grpc::Status::OK)))
+      .WillOnce(DoAll(SetArgPointee<2>(inner_plan), Return(grpc::Status::OK)));
+  std::vector<std::string> reports;  // chain/target/decision id, in the order sent
+  EXPECT_CALL(*stub_, ReportOutcome(_, _, _))
+      .WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest& r, v1::ReportOutcomeResponse* verdict) {
+        reports.push_back(r.chain() + "/" + r.target() + "/" + r.decision_id());
+        *verdict = r.has_failure() ? Verdict(v1::VERDICT_TRY_NEXT, "b") : Verdict(v1::VERDICT_DONE);
+        return grpc::Status::OK;
+      });
+  LoopResult inner;
+  LoopResult outer = client_->Run("outer", [&](const v1::Attempt& a) {
+    if (a.target() != "a") return Ok();
+    inner = client_->Run("inner", [](const v1::Attempt&) { return Ok(); });
+    return Fail(503);
+  });
+  EXPECT_EQ(inner.served_by, "x");
+  EXPECT_TRUE(outer.ok);
+  EXPECT_EQ(outer.served_by, "b");
+  EXPECT_THAT(reports, ::testing::ElementsAre("inner/x/d-inner", "outer/a/d-outer", "outer/b/d-outer"));
+}
+
 TEST_F(ClientTest, RetrySameWaitsTheDelayThenTriesTheSameTarget) {
   v1::ReportOutcomeResponse retry = Verdict(v1::VERDICT_RETRY_SAME);
   retry.mutable_retry_delay()->set_seconds(2);

@@ -184,16 +184,19 @@ class OutcomeBatch final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
-  // Hands on outcomes from `next` for as long as each is answered at once; one
-  // answered later (on the committer's thread or the call pool) goes on from
-  // there. Whichever of this loop and the answer is second goes on.
+  // Hands on outcomes from `next` for as long as each is answered at once.
+  // Whichever of this loop and the answer is second goes on; after an answer
+  // that came later (on the committer's thread, which other callers' writes
+  // wait for), the rest of the batch goes on in the call pool.
   void HandleFrom(int next) {
     for (; next < request_.outcomes_size(); ++next) {
       answer_.Clear();
       pending_.store(2, std::memory_order_relaxed);
       service_->StartReport(request_.outcomes(next), &answer_, relayed_, [this, next](absl::Status status) {
         tally_.Add(status, answer_);
-        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) HandleFrom(next + 1);
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+        auto rest = [this, next] { HandleFrom(next + 1); };
+        if (ctx_.blocking == nullptr || !ctx_.blocking->Submit(rest)) rest();
       });
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     }

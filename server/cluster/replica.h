@@ -133,9 +133,9 @@ class Replica final : public api::LeaderLink {
   void RunSession();  // the lease, the campaign, leadership
   void RunRelay();    // outcomes to the leader
   void RunRpmLeases();  // this replica's shares of the rpm caps, from the leader
-  struct Relayed;
   // One batch of RunRelay's to the leader, counted there in order.
-  grpc::Status SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::vector<Relayed>& batch,
+  grpc::Status SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                            const failover::v1::ReportOutcomesRequest& batch,
                             failover::v1::StreamOutcomesResponse* summary);
   void DropOldestRelayedLocked();  // mu_ held: the queue is full
   void StampRelayed(failover::v1::ReportOutcomeRequest* report);
@@ -228,6 +228,10 @@ class Replica final : public api::LeaderLink {
   const std::string relay_sender_;
   uint64_t relay_sequence_ = 0;
   size_t relay_batch_ = 0;  // reports per call: halved when a call runs out of time, grown back after
+  // The relay thread's: a leader that answered ReportOutcomes with
+  // UNIMPLEMENTED, sent streams until then.
+  std::string relay_streams_to_;
+  std::chrono::steady_clock::time_point relay_streams_until_;
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 
   std::mutex rpm_mu_;

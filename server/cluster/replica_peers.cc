@@ -143,26 +143,28 @@ void Replica::StampRelayed(failover::v1::ReportOutcomeRequest* report) {
   report->mutable_report_id()->set_sequence(++relay_sequence_);
 }
 
-grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::vector<Relayed>& batch,
+grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel, const std::string& address,
+                                   const failover::v1::ReportOutcomesRequest& batch,
                                    failover::v1::StreamOutcomesResponse* summary) {
   auto stub = failover::v1::DecisionService::NewStub(channel);
   // One message for the batch: a stream would cost a write and a read a report
   // on both sides.
-  failover::v1::ReportOutcomesRequest request;
-  request.mutable_outcomes()->Reserve(static_cast<int>(batch.size()));
-  for (const Relayed& r : batch) *request.add_outcomes() = r.report;
-  {
+  const auto now = std::chrono::steady_clock::now();
+  if (address != relay_streams_to_ || now >= relay_streams_until_) {
     grpc::ClientContext context;
     PrepareLeaderCall(&context);
-    grpc::Status sent = stub->ReportOutcomes(&context, request, summary);
+    grpc::Status sent = stub->ReportOutcomes(&context, batch, summary);
     if (sent.error_code() != grpc::StatusCode::UNIMPLEMENTED) return sent;
+    // A leader from before ReportOutcomes (a rolling upgrade) gets streams
+    // for a while, not a refused call before each batch; asked again later,
+    // as it may have been upgraded in place. The refusal counted nothing.
+    relay_streams_to_ = address;
+    relay_streams_until_ = now + kAskForBatchesAgain;
   }
-  // A leader from before ReportOutcomes (a rolling upgrade): the same batch as
-  // a stream. The refusal counted nothing.
   grpc::ClientContext context;
   PrepareLeaderCall(&context);
   auto writer = stub->StreamOutcomes(&context, summary);
-  for (const failover::v1::ReportOutcomeRequest& report : request.outcomes()) {
+  for (const failover::v1::ReportOutcomeRequest& report : batch.outcomes()) {
     if (!writer->Write(report)) break;
   }
   writer->WritesDone();
@@ -171,7 +173,10 @@ grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel
 
 void Replica::RunRelay() {
   while (!stopping_.load()) {
-    std::vector<Relayed> batch;
+    // The batch is built as the message that carries it; acked[i] (when set)
+    // hears of outcome i's arrival.
+    failover::v1::ReportOutcomesRequest batch;
+    std::vector<std::shared_ptr<Acked>> acked;
     {
       std::unique_lock<std::mutex> lock(mu_);
       relay_ready_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
@@ -182,43 +187,44 @@ void Replica::RunRelay() {
       // Background successes (ones that change nothing at the leader) on the
       // same target and chain travel as one report with a count; never across
       // an outcome that is waited for, so the order that matters is kept.
-      std::map<std::pair<std::string, std::string>, size_t> merged;
-      while (!relay_.empty() && batch.size() < relay_batch_) {
+      std::map<std::pair<std::string, std::string>, int> merged;
+      while (!relay_.empty() && acked.size() < relay_batch_) {
         Relayed next = std::move(relay_.front());
         relay_.pop_front();
         if (next.acked) --relay_waited_;
+        const int size = batch.outcomes_size();
         // One with an id (sent before, or the caller's) keeps what the id stands for.
         if (next.acked || !next.report.has_success() || next.report.has_report_id()) {
           merged.clear();
-          batch.push_back(std::move(next));
-          continue;
-        }
-        auto [at, fresh] = merged.try_emplace({next.report.target(), next.report.chain()}, batch.size());
-        if (!fresh) {  // (a fresh entry's index is one past the end of batch)
-          failover::v1::ReportOutcomeRequest& into = batch[at->second].report;
-          if (!into.has_report_id() && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
-            into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
-            continue;
+        } else {
+          auto [at, fresh] = merged.try_emplace({next.report.target(), next.report.chain()}, size);
+          if (!fresh) {  // (a fresh entry's index is one past the end of the batch)
+            failover::v1::ReportOutcomeRequest& into = *batch.mutable_outcomes(at->second);
+            if (!into.has_report_id() && std::max<uint32_t>(into.count(), 1) < kMaxCount) {
+              into.set_count(std::max<uint32_t>(into.count(), 1) + std::max<uint32_t>(next.report.count(), 1));
+              continue;
+            }
           }
+          at->second = size;
         }
-        at->second = batch.size();
-        batch.push_back(std::move(next));
+        *batch.add_outcomes() = std::move(next.report);
+        acked.push_back(std::move(next.acked));
       }
     }
-    if (batch.empty()) continue;
-    for (Relayed& r : batch) StampRelayed(&r.report);
+    if (acked.empty()) continue;
+    for (failover::v1::ReportOutcomeRequest& report : *batch.mutable_outcomes()) StampRelayed(&report);
     std::string address;
     std::shared_ptr<grpc::Channel> channel = LeaderChannel(&address);
     grpc::Status sent(grpc::StatusCode::UNAVAILABLE, "no leader");
     if (channel) {
       failover::v1::StreamOutcomesResponse summary;
-      sent = SendToLeader(channel, batch, &summary);
+      sent = SendToLeader(channel, address, batch, &summary);
       if (sent.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
-        for (Relayed& r : batch) {
-          if (!r.acked) continue;
-          r.acked->done = true;
-          r.acked->log_index = summary.cluster_log_index();
+        for (const std::shared_ptr<Acked>& waiting : acked) {
+          if (!waiting) continue;
+          waiting->done = true;
+          waiting->log_index = summary.cluster_log_index();
         }
         changed_.notify_all();
       }
@@ -234,9 +240,9 @@ void Replica::RunRelay() {
     if (!sent.ok()) {
       // Kept for the next leader (oldest first), up to the limit.
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
-        if (it->acked) ++relay_waited_;
-        relay_.push_front(std::move(*it));
+      for (int i = batch.outcomes_size() - 1; i >= 0; --i) {
+        if (acked[i]) ++relay_waited_;
+        relay_.push_front(Relayed{std::move(*batch.mutable_outcomes(i)), std::move(acked[i])});
       }
       while (relay_.size() > options_.relay_limit) DropOldestRelayedLocked();
     }

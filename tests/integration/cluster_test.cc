@@ -47,7 +47,11 @@ class FakeLeader final : public v1::DecisionService::Service {
 
   grpc::Status ReportOutcomes(grpc::ServerContext* ctx, const v1::ReportOutcomesRequest* batch,
                               v1::StreamOutcomesResponse* summary) override {
-    if (!batches_) return v1::DecisionService::Service::ReportOutcomes(ctx, batch, summary);
+    if (!batches_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++refused_;
+      return v1::DecisionService::Service::ReportOutcomes(ctx, batch, summary);
+    }
     return Took({batch->outcomes().begin(), batch->outcomes().end()}, /*streamed=*/false, summary);
   }
   grpc::Status StreamOutcomes(grpc::ServerContext*, grpc::ServerReader<v1::ReportOutcomeRequest>* reader,
@@ -65,6 +69,10 @@ class FakeLeader final : public v1::DecisionService::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return streamed_;
   }
+  int refused() {  // ReportOutcomes calls answered UNIMPLEMENTED
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
 
  private:
   grpc::Status Took(std::vector<v1::ReportOutcomeRequest> got, bool streamed, v1::StreamOutcomesResponse* summary) {
@@ -80,6 +88,7 @@ class FakeLeader final : public v1::DecisionService::Service {
   std::mutex mu_;
   std::vector<std::vector<v1::ReportOutcomeRequest>> calls_;
   int streamed_ = 0;
+  int refused_ = 0;
 };
 
 // Waits up to `seconds` for `check`.
@@ -1596,7 +1605,8 @@ TEST_F(ClusterTest, ARelayedBatchSentAgainCarriesTheSameReportIds) {
 }
 
 // The same to a leader from before ReportOutcomes (a rolling upgrade): the
-// batches go as streams, and keep their ids.
+// batches go as streams, and keep their ids; the refused call is not made
+// again before each batch.
 TEST_F(ClusterTest, ALeaderWithoutReportOutcomesGetsTheBatchesAsStreams) {
   ASSERT_NO_FATAL_FAILURE(RelayToAFakeLeader(/*batches=*/false));
 }
@@ -1672,6 +1682,8 @@ void ClusterTest::RelayToAFakeLeader(bool batches) {
   }
   EXPECT_EQ(ids.size(), 3u) << "three failures, three ids";
   EXPECT_EQ(fake.streamed(), batches ? 0 : static_cast<int>(calls.size()));
+  // An older leader is asked for ReportOutcomes once, not before every batch.
+  EXPECT_EQ(fake.refused(), batches ? 0 : 1);
   server->Shutdown();
 }
 

@@ -73,17 +73,19 @@ class BorrowedMessages {
  public:
   BorrowedMessages() {
     thread_local RequestMessages kept;
-    if (kept.in_use) {
+    if (kept.in_use) {  // a Run inside an attempt: messages of its own
       own_ = std::make_unique<RequestMessages>();
       messages_ = own_.get();
-    } else {
-      messages_ = &kept;
-      kept.pick.Clear();
-      kept.plan.Clear();
+      return;
     }
-    messages_->in_use = true;
+    kept.in_use = true;
+    kept.pick.Clear();
+    kept.plan.Clear();
+    messages_ = &kept;
   }
-  ~BorrowedMessages() { messages_->in_use = false; }
+  ~BorrowedMessages() {
+    if (!own_) messages_->in_use = false;
+  }
   BorrowedMessages(const BorrowedMessages&) = delete;
   BorrowedMessages& operator=(const BorrowedMessages&) = delete;
 

@@ -386,58 +386,83 @@ size_t Client::Flush(size_t limit) {
   return delivered;
 }
 
-void Client::Requeue(std::vector<v1::ReportOutcomeRequest> batch) {
+void Client::Requeue(v1::ReportOutcomesRequest batch) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+  for (int i = batch.outcomes_size() - 1; i >= 0; --i) {
     if (buffered_.size() < options_.max_buffered_reports) {
-      buffered_.push_front(std::move(*it));
+      buffered_.push_front(std::move(*batch.mutable_outcomes(i)));
     } else {
       ++dropped_;  // the bound is full of newer ones
     }
   }
 }
 
+std::optional<grpc::Status> Client::SendBatch(const v1::ReportOutcomesRequest& batch,
+                                              v1::StreamOutcomesResponse* summary, bool* unreachable) {
+  bool ask_for_batches;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ask_for_batches = options_.now() >= streams_until_;
+  }
+  if (ask_for_batches) {
+    grpc::ClientContext ctx;
+    PrepareContext(options_.connection, &ctx);
+    const grpc::Status s = stub_->ReportOutcomes(&ctx, batch, summary);
+    if (s.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+      *unreachable = !s.ok() && Unreachable(s, ctx);
+      return s;
+    }
+    // A failoverd from before ReportOutcomes gets streams for a while, not a
+    // refused call before each batch; asked again later, as it may have been
+    // upgraded. The refusal counted nothing.
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_until_ = options_.now() + kAskForBatchesAgain;
+  }
+  grpc::ClientContext ctx;
+  PrepareContext(options_.connection, &ctx);
+  std::unique_ptr<grpc::ClientWriterInterface<v1::ReportOutcomeRequest>> writer =
+      stub_->StreamOutcomes(&ctx, summary);
+  if (writer == nullptr) return std::nullopt;  // a stub without streaming (a test double)
+  for (const v1::ReportOutcomeRequest& r : batch.outcomes()) {
+    if (!writer->Write(r)) break;
+  }
+  writer->WritesDone();
+  const grpc::Status s = writer->Finish();
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return std::nullopt;  // older still
+  *unreachable = !s.ok() && Unreachable(s, ctx);
+  return s;
+}
+
 size_t Client::FlushBatches() {
   size_t delivered = 0;
   while (!SkippingFailoverd()) {
-    std::vector<v1::ReportOutcomeRequest> batch;
+    v1::ReportOutcomesRequest batch;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      while (!buffered_.empty() && batch.size() < kBatch) {
-        batch.push_back(std::move(buffered_.front()));
+      while (!buffered_.empty() && static_cast<size_t>(batch.outcomes_size()) < kBatch) {
+        v1::ReportOutcomeRequest* report = batch.add_outcomes();
+        *report = std::move(buffered_.front());
         buffered_.pop_front();
-        StampLocked(&batch.back());
+        StampLocked(report);
       }
     }
-    if (batch.empty()) return delivered;
-    grpc::ClientContext ctx;
-    PrepareContext(options_.connection, &ctx);
+    if (batch.outcomes().empty()) return delivered;
     v1::StreamOutcomesResponse summary;
-    std::unique_ptr<grpc::ClientWriterInterface<v1::ReportOutcomeRequest>> writer =
-        stub_->StreamOutcomes(&ctx, &summary);
-    if (writer == nullptr) {  // a stub without streaming (a test double): one call per report
+    bool unreachable = false;
+    const std::optional<grpc::Status> s = SendBatch(batch, &summary, &unreachable);
+    if (!s) {  // failoverd takes no batches: one call per report
       Requeue(std::move(batch));
       return delivered + Flush();
     }
-    for (const v1::ReportOutcomeRequest& r : batch) {
-      if (!writer->Write(r)) break;
-    }
-    writer->WritesDone();
-    const grpc::Status s = writer->Finish();
-    if (s.ok()) {
+    if (s->ok()) {
       NoteReached(true);
       // Refused ones would never be accepted: gone. (Counted in outcomes
       // unless some were refused; then in reports.)
       size_t outcomes = 0;
-      for (const v1::ReportOutcomeRequest& r : batch) outcomes += std::max<uint32_t>(r.count(), 1);
+      for (const v1::ReportOutcomeRequest& r : batch.outcomes()) outcomes += std::max<uint32_t>(r.count(), 1);
       delivered += summary.refused() == 0 ? outcomes : summary.accepted();
       continue;
     }
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // an older failoverd
-      Requeue(std::move(batch));
-      return delivered + Flush();
-    }
-    const bool unreachable = Unreachable(s, ctx);
     NoteReached(!unreachable);
     if (!unreachable) continue;  // refused as a whole by failoverd itself: sending again would not help
     Requeue(std::move(batch));

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -260,13 +261,21 @@ class Client {
   // backlog's delivery.
   void FlushLoop();
   void WakeFlusher();
-  // Sends the backlog in StreamOutcomes calls of up to kBatch reports (one
-  // call per report against a failoverd without that method); returns how
-  // many were delivered. A batch cut off mid-way is sent again whole; its
-  // report ids make failoverd count each report once.
+  // Sends the backlog in ReportOutcomes calls of up to kBatch reports
+  // (StreamOutcomes calls to a failoverd from before it, one call per report
+  // to one without either); returns how many were delivered. A batch cut off
+  // mid-way is sent again whole; its report ids make failoverd count each
+  // report once.
   size_t FlushBatches();
-  void Requeue(std::vector<v1::ReportOutcomeRequest> batch);
+  // One batch in one call. Empty when failoverd takes no batches; `unreachable`
+  // tells a failed call's failoverd apart from one that refused the batch.
+  std::optional<grpc::Status> SendBatch(const v1::ReportOutcomesRequest& batch, v1::StreamOutcomesResponse* summary,
+                                        bool* unreachable);
+  void Requeue(v1::ReportOutcomesRequest batch);
   static constexpr size_t kBatch = 256;
+  // How long a failoverd that refused ReportOutcomes is sent streams before it is asked again.
+  static constexpr absl::Duration kAskForBatchesAgain = absl::Minutes(1);
+  absl::Time streams_until_ = absl::InfinitePast();  // guarded by mu_
   std::mutex flusher_mu_;
   std::condition_variable flusher_wake_;
   bool flusher_woken_ = false;   // guarded by flusher_mu_

@@ -13,7 +13,8 @@ const protoLoader = require('@grpc/proto-loader');
 // Set on every error failoverd itself returns: its answers are decisions to
 // follow, not signs that failoverd is away.
 const ANSWERED_TRAILER = 'failoverd-answered';
-const BATCH = 256;        // reports per StreamOutcomes call
+const BATCH = 256;        // reports per ReportOutcomes call
+const ASK_FOR_BATCHES_AGAIN_MS = 60000;  // a failoverd that refused ReportOutcomes is sent streams this long
 const MAX_COUNT = 10000;  // successes one report may stand for
 const MAX_STEPS = 64;     // attempts per request
 
@@ -156,6 +157,7 @@ class Client {
     // failed mid-way) once. Random per client; sequences rise from 1.
     this._sender = crypto.randomBytes(16).toString('hex');
     this._nextSequence = 1;
+    this._streamsUntil = 0;  // Date.now(): until then the backlog goes as streams
     this._schedule(o.flushIntervalMs);
   }
 
@@ -307,6 +309,20 @@ class Client {
     });
   }
 
+  // The batch in one call: ReportOutcomes, or a stream to a failoverd from
+  // before it (asked again a minute later: it may have been upgraded).
+  async _sendBatch(batch, deadline) {
+    if (Date.now() >= this._streamsUntil) {
+      try {
+        return await this._unary('ReportOutcomes', {outcomes: batch}, deadline);
+      } catch (err) {
+        if (!err || err.code !== grpc.status.UNIMPLEMENTED) throw err;
+        this._streamsUntil = Date.now() + ASK_FOR_BATCHES_AGAIN_MS;  // the refusal counted nothing
+      }
+    }
+    return this._streamOutcomes(batch, deadline);
+  }
+
   _streamOutcomes(reports, deadline = null) {
     return new Promise((resolve, reject) => {
       const call = this._stub.StreamOutcomes(this._metadata(), {deadline: this._callDeadline(deadline)},
@@ -447,7 +463,7 @@ class Client {
         if (!r.reportId) r.reportId = {sender: this._sender, sequence: this._nextSequence++};
       }
       try {
-        const summary = await this._streamOutcomes(batch, deadline);
+        const summary = await this._sendBatch(batch, deadline);
         this._note(true);
         delivered += summary.refused === 0 ? batch.reduce((n, r) => n + Math.max(r.count || 0, 1), 0) : summary.accepted;
       } catch (err) {

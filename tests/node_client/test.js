@@ -397,6 +397,51 @@ test('close gives up on an absent failoverd within its bound', () => withServer(
   assert.ok(client.droppedReports > 0);
 }));
 
+// A failoverd from before ReportOutcomes: it plans a, takes reports and streams.
+async function serverBeforeReportOutcomes() {
+  const decision = grpc.loadPackageDefinition(protoLoader.loadSync(['failover/v1/decision.proto'],
+      {includeDirs: [PROTO_DIR], keepCase: true, enums: String, longs: Number, defaults: true, oneofs: true}))
+      .failover.v1;
+  const seen = {batchCalls: 0, streamed: []};
+  const server = new grpc.Server();
+  server.addService(decision.DecisionService.service, {
+    PickTarget: (call, done) => done(null, {decision_id: 'd1', attempts: [{target: 'a'}]}),
+    ReportOutcome: (call, done) => done(null, {verdict: 'VERDICT_DONE'}),
+    ReportOutcomes: (call, done) => {
+      seen.batchCalls += 1;
+      done({code: grpc.status.UNIMPLEMENTED, details: 'Method not found!'});
+    },
+    StreamOutcomes: (call, done) => {
+      const reports = [];
+      call.on('data', (r) => reports.push(r));
+      call.on('end', () => {
+        seen.streamed.push(reports);
+        done(null, {accepted: reports.length});
+      });
+    },
+  });
+  const port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0',
+      grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))));
+  return {address: `127.0.0.1:${port}`, seen, stop: () => server.forceShutdown()};
+}
+
+test('to a failoverd from before ReportOutcomes the backlog goes as streams, and the call is asked for once',
+    async () => {
+      const older = await serverBeforeReportOutcomes();
+      try {
+        const client = new Client({server: older.address, flushIntervalMs: 60000});
+        for (let i = 0; i < 2; i++) {
+          assert.ok((await client.run('ch', okOn('a'))).ok);
+          assert.strictEqual(await client.flush(), 1);
+        }
+        await client.close();
+        assert.deepStrictEqual(older.seen.streamed.filter((s) => s.length > 0).map((s) => s.length), [1, 1]);
+        assert.strictEqual(older.seen.batchCalls, 1, 'asked for ReportOutcomes before every batch');
+      } finally {
+        older.stop();
+      }
+    });
+
 test('a full backlog drops successes before failures', async () => {
   const client = new Client({server: `127.0.0.1:${await freePort()}`, maxBufferedReports: 3, flushIntervalMs: 60000});
   for (const [target, ok] of [['a', false], ['b', true], ['c', false], ['d', false]]) {

@@ -456,6 +456,51 @@ class BacklogTest(unittest.TestCase):
         self.assertEqual(shared.dropped, 1)
 
 
+class _DecisionServiceBeforeReportOutcomes(decision_pb2_grpc.DecisionServiceServicer):
+    """A failoverd from before ReportOutcomes: plans a, takes reports and streams."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.batch_calls = 0
+        self.streamed = []
+
+    def PickTarget(self, request, context):
+        return decision_pb2.PickTargetResponse(decision_id="d1", attempts=[decision_pb2.Attempt(target="a")])
+
+    def ReportOutcome(self, request, context):
+        return decision_pb2.ReportOutcomeResponse(verdict=decision_pb2.VERDICT_DONE)
+
+    def ReportOutcomes(self, request, context):
+        with self.lock:
+            self.batch_calls += 1
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    def StreamOutcomes(self, request_iterator, context):
+        reports = list(request_iterator)
+        with self.lock:
+            self.streamed.append(reports)
+        return decision_pb2.StreamOutcomesResponse(accepted=len(reports))
+
+
+class OlderFailoverdTest(unittest.TestCase):
+    def test_the_backlog_goes_as_streams_and_report_outcomes_is_asked_for_once(self):
+        from concurrent.futures import ThreadPoolExecutor
+        service = _DecisionServiceBeforeReportOutcomes()
+        server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        decision_pb2_grpc.add_DecisionServiceServicer_to_server(service, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        try:
+            with Client(f"127.0.0.1:{port}", flush_interval=60) as client:
+                for _ in range(2):
+                    self.assertTrue(client.run("ch", ok_on("a")).ok)
+                    self.assertEqual(client.flush(), 1)
+        finally:
+            server.stop(None)
+        self.assertEqual([len(s) for s in service.streamed if s], [1, 1])
+        self.assertEqual(service.batch_calls, 1, "asked for ReportOutcomes before every batch")
+
+
 # Error replies shaped as the providers send them (status, headers, body).
 REPLIES = {
     "openai429": (429, {"retry-after": "2", "x-ratelimit-reset-requests": "2s"},

@@ -532,10 +532,22 @@ TEST_F(ClientTest, ARequestSendsOnlyPartOfABacklogBeforeItsOwnPick) {
   EXPECT_EQ(client.Flush(), 84u);
 }
 
+// Polls `done` until it holds or 10 s pass.
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 // By default the backlog is the client's own thread's job: once failoverd
 // answers again it goes out without any request (or Flush) sending it.
 TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests) {
   auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+  // A failoverd without the batch calls (the mock has no streams): one call per report.
+  ON_CALL(*stub, ReportOutcomes(_, _, _)).WillByDefault(Return(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "")));
   std::atomic<absl::Time> now{absl::FromUnixSeconds(1'800'000'000)};
   ClientOptions options;
   options.flush_interval = absl::Milliseconds(5);
@@ -572,6 +584,76 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
   EXPECT_EQ(client.buffered_reports(), 0u);
 }
 
+// The client's thread sends the backlog in one ReportOutcomes call, each
+// report with an id of its own. A failoverd from before that call (it answers
+// UNIMPLEMENTED) is asked once, then sent the reports another way (here one
+// call each, the mock having no streams) until a minute has passed.
+TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderFailoverdIsAskedOnce) {
+  auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+  std::atomic<absl::Time> now{absl::FromUnixSeconds(1'800'000'000)};
+  ClientOptions options;
+  options.flush_interval = absl::Milliseconds(5);
+  options.down_backoff = options.max_down_backoff = absl::Milliseconds(5);
+  options.now = [&] { return now.load(); };
+  Client client(stub, options);
+  client.SetDeclaredOrder("ch", {A("a")});
+  // failoverd goes away; `n` failures are buffered (one report each).
+  auto buffer_failures = [&](int n) {
+    ::testing::Mock::VerifyAndClearExpectations(stub.get());
+    EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Fail(500); }).fail_static);
+    ASSERT_EQ(client.buffered_reports(), static_cast<size_t>(n));
+  };
+  std::mutex mu;
+  std::vector<v1::ReportOutcomesRequest> batches;
+  int one_by_one = 0;
+  // failoverd answers again; its batch call takes the backlog, or refuses it.
+  auto come_back = [&](bool takes_batches) {
+    ::testing::Mock::VerifyAndClearExpectations(stub.get());
+    EXPECT_CALL(*stub, ReportOutcomes(_, _, _))
+        .WillRepeatedly([&, takes_batches](auto*, const v1::ReportOutcomesRequest& batch,
+                                           v1::StreamOutcomesResponse* summary) {
+          std::lock_guard<std::mutex> lock(mu);
+          batches.push_back(batch);
+          if (!takes_batches) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method");
+          summary->set_accepted(static_cast<uint32_t>(batch.outcomes_size()));
+          return grpc::Status::OK;
+        });
+    EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++one_by_one;
+      return grpc::Status::OK;
+    });
+    EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
+    EXPECT_TRUE(Eventually([&] { return client.buffered_reports() == 0; }));
+  };
+  auto calls = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::make_pair(batches.size(), one_by_one);
+  };
+
+  ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
+  come_back(/*takes_batches=*/true);
+  ASSERT_EQ(calls(), std::make_pair(size_t{1}, 0));
+  std::set<uint64_t> sequences;
+  for (const v1::ReportOutcomeRequest& r : batches[0].outcomes()) {
+    EXPECT_FALSE(r.report_id().sender().empty());
+    sequences.insert(r.report_id().sequence());
+  }
+  EXPECT_EQ(sequences.size(), 3u) << batches[0].ShortDebugString();
+
+  ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
+  come_back(/*takes_batches=*/false);
+  EXPECT_EQ(calls(), std::make_pair(size_t{2}, 3)) << "refused once, then one call per report";
+  ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
+  come_back(/*takes_batches=*/false);
+  EXPECT_EQ(calls(), std::make_pair(size_t{2}, 5)) << "not asked again within the minute";
+  now = now.load() + absl::Minutes(1);
+  ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
+  come_back(/*takes_batches=*/true);
+  EXPECT_EQ(calls(), std::make_pair(size_t{3}, 5)) << "asked again a minute later";
+}
+
 TEST_F(ClientTest, ANonTransientPickErrorIsReturned) {
   EXPECT_CALL(*stub_, PickTarget(_, _, _))
       .WillOnce(Return(grpc::Status(grpc::StatusCode::NOT_FOUND, "chain \"ch\" not found")));
@@ -587,16 +669,6 @@ v1::PickTargetResponse HedgedPlan(absl::Duration after) {
   p.mutable_hedge_after()->set_seconds(absl::ToInt64Seconds(after));
   p.mutable_hedge_after()->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(after) % 1'000'000'000));
   return p;
-}
-
-// Polls `done` until it holds or 10 s pass.
-bool Eventually(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 // A latch the attempts of one test wait on, each with a deadline.

@@ -19,7 +19,8 @@ from .v1 import decision_pb2, types_pb2
 # target may be tried, NOT_FOUND for a deleted chain) are decisions to follow,
 # not signs that failoverd is away.
 ANSWERED_TRAILER = "failoverd-answered"
-BATCH = 256          # reports per StreamOutcomes call
+BATCH = 256          # reports per ReportOutcomes call
+ASK_FOR_BATCHES_AGAIN = 60.0  # seconds a failoverd that refused ReportOutcomes is sent streams
 MAX_COUNT = 10000    # successes one report may stand for
 MAX_STEPS = 64       # attempts per request, a guard against a runaway loop
 
@@ -189,6 +190,7 @@ class Shared:
         # Report ids (failoverd counts a report sent again once): random per client.
         self._sender = os.urandom(16).hex()
         self._next_sequence = 1
+        self._streams_until = 0.0  # time.monotonic(): until then the backlog goes as streams
 
     # --- plans -----------------------------------------------------------
     def remember(self, chain: str, attempts: Sequence[decision_pb2.Attempt]) -> None:
@@ -259,6 +261,17 @@ class Shared:
             self._buffer.clear()
             self.dropped += n
             return n
+
+    def asks_for_batches(self) -> bool:
+        """Whether to send the backlog with ReportOutcomes (else as a stream)."""
+        with self._lock:
+            return time.monotonic() >= self._streams_until
+
+    def note_no_batches(self) -> None:
+        """failoverd answered ReportOutcomes with UNIMPLEMENTED (a version from before
+        it): streams for a while, then it is asked again, as it may have been upgraded."""
+        with self._lock:
+            self._streams_until = time.monotonic() + ASK_FOR_BATCHES_AGAIN
 
     def requeue(self, batch: List[decision_pb2.ReportOutcomeRequest]) -> None:
         with self._lock:

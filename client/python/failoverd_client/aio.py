@@ -228,6 +228,18 @@ class AsyncClient:
         self._shared.note(reached)
         return reached
 
+    async def _send_batch(self, batch: List[decision_pb2.ReportOutcomeRequest], timeout: float) -> Any:
+        """As Client._send_batch."""
+        if self._shared.asks_for_batches():
+            try:
+                return await self._stub.ReportOutcomes(decision_pb2.ReportOutcomesRequest(outcomes=batch),
+                                                       timeout=timeout, metadata=self._metadata)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._shared.note_no_batches()
+        return await self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
+
     async def _flush(self, deadline: Optional[float] = None) -> int:
         """As Client._flush: with a deadline (close), also to a failoverd last seen down."""
         delivered = 0
@@ -239,7 +251,7 @@ class AsyncClient:
             if not batch:
                 return delivered
             try:
-                summary = await self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
+                summary = await self._send_batch(batch, timeout)
                 self._shared.note(True)
                 delivered += sum(max(r.count, 1) for r in batch) if summary.refused == 0 else summary.accepted
             except grpc.RpcError as e:

@@ -202,6 +202,18 @@ class Client:
         return self._flush()
 
     # --- internals -----------------------------------------------------------
+    def _send_batch(self, batch: List[decision_pb2.ReportOutcomeRequest], timeout: float) -> Any:
+        """The batch in one call: ReportOutcomes, or a stream to a failoverd from before it."""
+        if self._shared.asks_for_batches():
+            try:
+                return self._stub.ReportOutcomes(decision_pb2.ReportOutcomesRequest(outcomes=batch), timeout=timeout,
+                                                 metadata=self._metadata)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._shared.note_no_batches()  # it counted nothing
+        return self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
+
     @staticmethod
     def _stop_reason(deadline: Optional[float], cancelled: Optional[threading.Event], wait: float) -> str:
         if cancelled is not None and cancelled.is_set():
@@ -284,7 +296,7 @@ class Client:
             if not batch:
                 return delivered
             try:
-                summary = self._stub.StreamOutcomes(iter(batch), timeout=timeout, metadata=self._metadata)
+                summary = self._send_batch(batch, timeout)
                 self._shared.note(True)
                 # Refused ones would never be accepted: gone.
                 delivered += sum(max(r.count, 1) for r in batch) if summary.refused == 0 else summary.accepted

@@ -104,13 +104,45 @@ bool Relayed(const ServiceContext& ctx, const grpc::CallbackServerContext& call)
   return call.client_metadata().count(kForwardedHeader) != 0 && ctx.FromAPeer(call);
 }
 
+// What both bulk calls hold: the call, the outcome being answered and the
+// tally. `Reactor` is the gRPC reactor of the call's kind.
+template <typename Reactor>
+class BulkOutcomes : public Reactor {
+ public:
+  void OnDone() override { delete this; }
+
+ protected:
+  BulkOutcomes(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
+               grpc::ByteBuffer* response)
+      : service_(service), ctx_(ctx), call_(call), response_(response), relayed_(Relayed(ctx, *call)) {}
+
+  // The summary of every outcome handled.
+  void FinishWithTally() {
+    const absl::Status serialized = tally_.Summarize(ctx_, response_);
+    if (!serialized.ok()) return Refuse(serialized);
+    this->Finish(grpc::Status::OK);
+  }
+  void Refuse(const absl::Status& status) {
+    call_->AddTrailingMetadata(kAnsweredTrailer, "1");
+    this->Finish(ToGrpcStatus(status));
+  }
+
+  DecisionService* const service_;
+  const ServiceContext ctx_;
+  grpc::CallbackServerContext* const call_;
+  grpc::ByteBuffer* const response_;
+  const bool relayed_;
+  ReportOutcomeResponse answer_;  // the one being answered
+  OutcomeTally tally_;
+};
+
 // One StreamOutcomes call: reads reports one at a time and hands each to
 // DecisionService::StartReport, as ReportOutcome would.
-class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class OutcomeStream final : public BulkOutcomes<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
   OutcomeStream(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
                 grpc::ByteBuffer* response)
-      : service_(service), ctx_(ctx), call_(call), response_(response), relayed_(Relayed(ctx, *call)) {
+      : BulkOutcomes(service, ctx, call, response) {
     const absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
     if (allowed.ok()) {
       StartRead(&in_);
@@ -120,11 +152,7 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client has sent everything
-      const absl::Status serialized = tally_.Summarize(ctx_, response_);
-      if (!serialized.ok()) return Refuse(serialized);
-      return Finish(grpc::Status::OK);
-    }
+    if (!ok) return FinishWithTally();  // the client has sent everything
     if (tally_.handled() >= kMaxOutcomes) {
       return Refuse(absl::ResourceExhaustedError(absl::StrCat(
           "outcomes: at most ", kMaxOutcomes, " per StreamOutcomes call; ", tally_.accepted(), " were handled")));
@@ -137,37 +165,23 @@ class OutcomeStream final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     service_->StartReport(request, &answer_, relayed_, [this](absl::Status status) { Tally(status); });
   }
 
-  void OnDone() override { delete this; }
-
  private:
   void Tally(const absl::Status& status) {
     tally_.Add(status, answer_);
     StartRead(&in_);
   }
 
-  void Refuse(const absl::Status& status) {
-    call_->AddTrailingMetadata(kAnsweredTrailer, "1");
-    Finish(ToGrpcStatus(status));
-  }
-
-  DecisionService* const service_;
-  const ServiceContext ctx_;
-  grpc::CallbackServerContext* const call_;
-  grpc::ByteBuffer* const response_;
-  const bool relayed_;
   grpc::ByteBuffer in_;
-  ReportOutcomeResponse answer_;  // the one being answered
-  OutcomeTally tally_;
 };
 
 // One ReportOutcomes call: the outcomes of one message handed to
 // DecisionService::StartReport one after another, each once the one before
 // was answered (durable), as OutcomeStream does.
-class OutcomeBatch final : public grpc::ServerUnaryReactor {
+class OutcomeBatch final : public BulkOutcomes<grpc::ServerUnaryReactor> {
  public:
   OutcomeBatch(DecisionService* service, const ServiceContext& ctx, grpc::CallbackServerContext* call,
                const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
-      : service_(service), ctx_(ctx), call_(call), response_(response), relayed_(Relayed(ctx, *call)) {
+      : BulkOutcomes(service, ctx, call, response) {
     absl::Status allowed = ctx_.Authorize(*call_, Role::kDecide);
     if (allowed.ok()) allowed = ParseRequest(*request, &request_);
     if (allowed.ok() && request_.outcomes_size() > static_cast<int>(kMaxOutcomes)) {
@@ -180,8 +194,6 @@ class OutcomeBatch final : public grpc::ServerUnaryReactor {
       Refuse(allowed);
     }
   }
-
-  void OnDone() override { delete this; }
 
  private:
   // Hands on outcomes from `next` for as long as each is answered at once.
@@ -200,25 +212,11 @@ class OutcomeBatch final : public grpc::ServerUnaryReactor {
       });
       if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     }
-    const absl::Status serialized = tally_.Summarize(ctx_, response_);
-    if (!serialized.ok()) return Refuse(serialized);
-    Finish(grpc::Status::OK);
+    FinishWithTally();
   }
 
-  void Refuse(const absl::Status& status) {
-    call_->AddTrailingMetadata(kAnsweredTrailer, "1");
-    Finish(ToGrpcStatus(status));
-  }
-
-  DecisionService* const service_;
-  const ServiceContext ctx_;
-  grpc::CallbackServerContext* const call_;
-  grpc::ByteBuffer* const response_;
-  const bool relayed_;
   failover::v1::ReportOutcomesRequest request_;
-  ReportOutcomeResponse answer_;  // the one being answered
-  std::atomic<int> pending_{0};   // the loop and the answer of the outcome in hand
-  OutcomeTally tally_;
+  std::atomic<int> pending_{0};  // the loop and the answer of the outcome in hand
 };
 
 }  // namespace

@@ -17,6 +17,26 @@
 namespace failover::testing {
 namespace {
 
+// A real failoverd on a fresh data dir of its own.
+class TestFailoverd {
+ public:
+  explicit TestFailoverd(std::vector<std::string> args = {})
+      : proc_(FailoverdProcess::Options{data_.path(), std::move(args)}) {}
+  // Starts it and applies `config`.
+  ::testing::AssertionResult Start(const v1::ApplyRequest& config) {
+    std::string error;
+    if (!proc_.Start(&error)) return ::testing::AssertionFailure() << error;
+    const grpc::Status applied = ApplyConfig(v1::AdminService::NewStub(proc_.Channel()).get(), config);
+    if (!applied.ok()) return ::testing::AssertionFailure() << "Apply: " << applied.error_message();
+    return ::testing::AssertionSuccess();
+  }
+  FailoverdProcess& proc() { return proc_; }
+
+ private:
+  TempDir data_;
+  FailoverdProcess proc_;
+};
+
 TEST(ClientFailStaticTest, FailoverdKilledMidRunAndRestarted) {
   TempDir data;
   const std::string listen = "127.0.0.1:" + std::to_string(FreePort());
@@ -169,14 +189,11 @@ TEST(ClientAnswersTest, AdminRefusalsAreFollowedNotTakenForAnOutage) {
 // libcurl's CURLcode): FailureFromCurl turns it into the transport error that
 // failoverd classifies and counts against the target.
 TEST(FailureFromCurlTest, RealCurlFailuresAreClassifiedByFailoverd) {
-  TempDir data;
-  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
-  std::string error;
-  ASSERT_TRUE(proc.Start(&error)) << error;
-  auto admin = v1::AdminService::NewStub(proc.Channel());
   v1::ApplyRequest config = TwoTargetConfig();
   config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(100);  // keep a in the plan
-  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
+  TestFailoverd failoverd;
+  ASSERT_TRUE(failoverd.Start(config));
+  FailoverdProcess& proc = failoverd.proc();
   // Nothing listens on a free port: connection refused. A socket that is
   // listening but never answers: a timeout.
   const int closed = FreePort();
@@ -220,14 +237,12 @@ TEST(FailureFromCurlTest, RealCurlFailuresAreClassifiedByFailoverd) {
 // StreamOutcomes: many reports in one call, each handled as ReportOutcome
 // would be; a bad one is counted and named, the rest still count.
 TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
-  TempDir data;
-  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
-  std::string error;
-  ASSERT_TRUE(proc.Start(&error)) << error;
-  auto admin = v1::AdminService::NewStub(proc.Channel());
   v1::ApplyRequest config = TwoTargetConfig();
   config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(2);
-  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
+  TestFailoverd failoverd;
+  ASSERT_TRUE(failoverd.Start(config));
+  FailoverdProcess& proc = failoverd.proc();
+  auto admin = v1::AdminService::NewStub(proc.Channel());
   auto decide = v1::DecisionService::NewStub(proc.Channel());
   grpc::ClientContext ctx;
   v1::StreamOutcomesResponse summary;
@@ -258,14 +273,12 @@ TEST(StreamOutcomesTest, ABacklogInOneCallCountsEachReportOnce) {
 // order, a bad one named by its place, a resent id counted once; and a batch
 // over the limit refused whole, counting nothing.
 TEST(StreamOutcomesTest, ABatchInOneMessageCountsInOrderAndOverTheLimitCountsNothing) {
-  TempDir data;
-  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
-  std::string error;
-  ASSERT_TRUE(proc.Start(&error)) << error;
-  auto admin = v1::AdminService::NewStub(proc.Channel());
   v1::ApplyRequest config = TwoTargetConfig();
   config.mutable_chains(0)->mutable_policy()->mutable_trip()->set_errors(2);
-  ASSERT_TRUE(ApplyConfig(admin.get(), config).ok());
+  TestFailoverd failoverd;
+  ASSERT_TRUE(failoverd.Start(config));
+  FailoverdProcess& proc = failoverd.proc();
+  auto admin = v1::AdminService::NewStub(proc.Channel());
   auto decide = v1::DecisionService::NewStub(proc.Channel());
   auto failure = [](const std::string& target, uint64_t id) {
     v1::ReportOutcomeRequest r;
@@ -332,11 +345,9 @@ TEST(StreamOutcomesTest, ABatchInOneMessageCountsInOrderAndOverTheLimitCountsNot
 // toward health there, but not again in its metrics) is no one else's to use:
 // on a single node, sent by any caller, the outcomes count in the metrics.
 TEST(StreamOutcomesTest, TheReplicasForwardedMarkHidesNothingFromACaller) {
-  TempDir data;
-  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {"--metrics-listen", "127.0.0.1:0"}});
-  std::string error;
-  ASSERT_TRUE(proc.Start(&error)) << error;
-  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  TestFailoverd failoverd({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(failoverd.Start(TwoTargetConfig()));
+  FailoverdProcess& proc = failoverd.proc();
   auto decide = v1::DecisionService::NewStub(proc.Channel());
   grpc::ClientContext ctx;
   ctx.AddMetadata("x-failoverd-forwarded", "1");
@@ -374,11 +385,9 @@ char ProcessState(pid_t pid) {
 // its failoverd_budget, the ones after it go fail-static without waiting on it,
 // and the client's own thread finds failoverd again once it runs (SIGCONT).
 TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
-  TempDir data;
-  FailoverdProcess proc(FailoverdProcess::Options{data.path(), {}});
-  std::string error;
-  ASSERT_TRUE(proc.Start(&error)) << error;
-  ASSERT_TRUE(ApplyConfig(v1::AdminService::NewStub(proc.Channel()).get(), TwoTargetConfig()).ok());
+  TestFailoverd failoverd;
+  ASSERT_TRUE(failoverd.Start(TwoTargetConfig()));
+  FailoverdProcess& proc = failoverd.proc();
   client::ClientOptions options;
   options.connection.server = proc.address();
   // The call timeout is far above the budget, so "waited the budget" and

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <sstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "failover/v1/admin.pb.h"
@@ -52,6 +55,30 @@ inline double CpuSeconds(pid_t pid) {
     }
   }
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// Resident memory of a process, KiB (-1 when it cannot be read).
+inline long RssKib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// RSS once it has settled: failoverd gives back what a change freed on the
+// tick after next (ticks are a second apart), so this waits until two
+// readings 2.5 s apart agree within 1%, at most 50 s.
+inline long SettledRssKib(pid_t pid) {
+  long rss = RssKib(pid);
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const long next = RssKib(pid);
+    if (std::labs(next - rss) * 100 <= rss) return next;
+    rss = next;
+  }
+  return rss;
 }
 
 // Starts failoverd on a fresh data dir (quiet logs unless `log_level` says

@@ -30,6 +30,8 @@ namespace {
 
 namespace v1 = ::failover::v1;
 using failover::bench::Percentile;
+using failover::bench::RssKib;
+using failover::bench::SettledRssKib;
 using failover::testing::EtcdCluster;
 using failover::testing::FailoverdProcess;
 using failover::testing::TempDir;
@@ -344,6 +346,10 @@ int main(int argc, char** argv) {
   TempDir single_data;
   auto single = failover::bench::StartFailoverd(single_data);
   if (!single) return 1;
+  const int follower = leader == 0 ? 1 : 0;
+  const pid_t leader_pid = replicas[static_cast<size_t>(leader)].proc->pid();
+  const pid_t follower_pid = replicas[static_cast<size_t>(follower)].proc->pid();
+  const long rss_before[] = {RssKib(leader_pid), RssKib(follower_pid), RssKib(single->pid())};
   const v1::ApplyRequest world = World(o.chains);
   for (const std::string& address : {replicas[static_cast<size_t>(leader)].address(), single->address()}) {
     auto admin = v1::AdminService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
@@ -354,7 +360,18 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const int follower = leader == 0 ? 1 : 0;
+  // The world as each applied it: the leader and the single node from the
+  // call, the follower from the log.
+  const uint64_t applied = Status(replicas[static_cast<size_t>(leader)].address()).applied_index();
+  for (int i = 0; i < 300 && Status(replicas[static_cast<size_t>(follower)].address()).applied_index() < applied; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const long rss_after[] = {SettledRssKib(leader_pid), SettledRssKib(follower_pid), SettledRssKib(single->pid())};
+  const double chains = o.chains + kLeaderLossChains;
+  std::printf("memory applied live, KiB per chain: leader %.2f follower %.2f single node %.2f\n",
+              static_cast<double>(rss_after[0] - rss_before[0]) / chains,
+              static_cast<double>(rss_after[1] - rss_before[1]) / chains,
+              static_cast<double>(rss_after[2] - rss_before[2]) / chains);
   std::printf("cluster: 3-member etcd, 3 replicas (leader %d, measured follower %d), %d chains\n", leader, follower,
               o.chains);
   Convergence(replicas, leader, o);

@@ -14,38 +14,19 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "failover/v1/admin.grpc.pb.h"
 #include "storage/store.h"
 #include "tests/support/failoverd_process.h"
 
 namespace {
 
+using failover::bench::RssKib;
+using failover::bench::SettledRssKib;
+
 constexpr int kChains = 10000;
 constexpr int kTargetsPerChain = 8;
 constexpr int kTargets = 20000;
-
-long RssKib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-// RSS once it has settled: failoverd gives back what a change freed on the
-// tick after next (ticks are a second apart), so this waits until two
-// readings 2.5 s apart agree within 1%, at most 50 s.
-long SettledRssKib(pid_t pid) {
-  long rss = RssKib(pid);
-  for (int i = 0; i < 20; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-    const long next = RssKib(pid);
-    if (std::labs(next - rss) * 100 <= rss) return next;
-    rss = next;
-  }
-  return rss;
-}
 
 // RSS of a failoverd that has started on `dir` and is serving.
 long ServingRssKib(const std::string& dir) {

@@ -7,6 +7,7 @@
 #include "log_entry.pb.h"  // generated from server/cluster/log_entry.proto
 #include "common/replace_with.h"
 #include "proto/state_convert.h"
+#include "server/api/release_memory.h"
 #include "server/cluster/replica_internal.h"
 #include "server/log/log.h"
 
@@ -95,6 +96,10 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
     return false;
   }
   cursor_.AppliedThrough(index);
+  // A config change builds a new snapshot and frees the old one (and the
+  // entry's copies) once the committer has written it: as on a leader, the
+  // memory goes back to the system a tick later.
+  if (change->config_generation != 0) api::ReleaseFreedMemorySoon();
   if (on_counted_reports_ && !change->counted_reports.empty()) on_counted_reports_(change->counted_reports);
   committer_->Submit(std::move(*change));
   NoteApplied();
@@ -260,6 +265,7 @@ absl::Status Replica::InstallSnapshot(int64_t revision) {
   }
   cursor_.AppliedThrough(at);
   committer_->Submit(std::move(full));
+  api::ReleaseFreedMemorySoon();  // the parts and the replaced state
   log::Info("this replica was behind the kept change log; started from the cluster's snapshot",
             {{"log_index", at}, {"was_at", next - 1}});
   NoteApplied();
@@ -281,6 +287,7 @@ bool Replica::ResetToLog() {
   const absl::Status reset = engine_->ResetTo(state, clock_->Now());
   if (!reset.ok()) log::Error(absl::StrCat("cannot go back to the replicated state: ", reset.message()));
   cursor_.Reset(state.log_index);
+  api::ReleaseFreedMemorySoon();  // the state gone back from
   log::Info("back to the replicated state; following the log", {{"applied_index", state.log_index}});
   return true;
 }

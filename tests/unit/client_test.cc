@@ -607,8 +607,11 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   std::mutex mu;
   std::vector<v1::ReportOutcomesRequest> batches;
   int one_by_one = 0;
+  int received = 0;  // outcomes failoverd took, either way
   // failoverd answers again; its batch call takes the backlog, or refuses it.
-  auto come_back = [&](bool takes_batches) {
+  // Returns once it has taken `total` outcomes in all (not once the backlog is
+  // empty: the client empties it before its call is made).
+  auto come_back = [&](bool takes_batches, int total) {
     ::testing::Mock::VerifyAndClearExpectations(stub.get());
     EXPECT_CALL(*stub, ReportOutcomes(_, _, _))
         .WillRepeatedly([&, takes_batches](auto*, const v1::ReportOutcomesRequest& batch,
@@ -616,16 +619,22 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
           std::lock_guard<std::mutex> lock(mu);
           batches.push_back(batch);
           if (!takes_batches) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method");
+          received += batch.outcomes_size();
           summary->set_accepted(static_cast<uint32_t>(batch.outcomes_size()));
           return grpc::Status::OK;
         });
     EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
       std::lock_guard<std::mutex> lock(mu);
       ++one_by_one;
+      ++received;
       return grpc::Status::OK;
     });
     EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
-    EXPECT_TRUE(Eventually([&] { return client.buffered_reports() == 0; }));
+    EXPECT_TRUE(Eventually([&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return received == total;
+    })) << "failoverd took " << received << " outcomes, not " << total;
+    EXPECT_EQ(client.buffered_reports(), 0u);
   };
   auto calls = [&] {
     std::lock_guard<std::mutex> lock(mu);
@@ -633,7 +642,7 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   };
 
   ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
-  come_back(/*takes_batches=*/true);
+  come_back(/*takes_batches=*/true, 3);
   ASSERT_EQ(calls(), std::make_pair(size_t{1}, 0));
   std::set<uint64_t> sequences;
   for (const v1::ReportOutcomeRequest& r : batches[0].outcomes()) {
@@ -643,14 +652,14 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   EXPECT_EQ(sequences.size(), 3u) << batches[0].ShortDebugString();
 
   ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
-  come_back(/*takes_batches=*/false);
+  come_back(/*takes_batches=*/false, 6);
   EXPECT_EQ(calls(), std::make_pair(size_t{2}, 3)) << "refused once, then one call per report";
   ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
-  come_back(/*takes_batches=*/false);
+  come_back(/*takes_batches=*/false, 8);
   EXPECT_EQ(calls(), std::make_pair(size_t{2}, 5)) << "not asked again within the minute";
   now = now.load() + absl::Minutes(1);
   ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
-  come_back(/*takes_batches=*/true);
+  come_back(/*takes_batches=*/true, 10);
   EXPECT_EQ(calls(), std::make_pair(size_t{3}, 5)) << "asked again a minute later";
 }
 

@@ -589,7 +589,36 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
 // UNIMPLEMENTED) is asked once, then sent the reports another way (here one
 // call each, the mock having no streams) until a minute has passed.
 TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderFailoverdIsAskedOnce) {
+  // The mock's answers follow this state; its expectations are set once,
+  // before the client's thread calls it (gMock's are not to be changed while
+  // another thread calls the mock).
+  std::mutex mu;
+  bool up = false;             // whether failoverd answers PickTarget
+  bool takes_batches = false;  // whether it takes ReportOutcomes
+  std::vector<v1::ReportOutcomesRequest> batches;
+  int one_by_one = 0;
+  int received = 0;  // outcomes failoverd took, either way
   auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly([&](auto*, const v1::PickTargetRequest&, auto*) {
+    std::lock_guard<std::mutex> lock(mu);
+    return up ? grpc::Status::OK : kUnavailable;
+  });
+  EXPECT_CALL(*stub, ReportOutcomes(_, _, _))
+      .WillRepeatedly([&](auto*, const v1::ReportOutcomesRequest& batch, v1::StreamOutcomesResponse* summary) {
+        std::lock_guard<std::mutex> lock(mu);
+        batches.push_back(batch);
+        if (!takes_batches) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method");
+        received += batch.outcomes_size();
+        summary->set_accepted(static_cast<uint32_t>(batch.outcomes_size()));
+        return grpc::Status::OK;
+      });
+  EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++one_by_one;
+    ++received;
+    return grpc::Status::OK;
+  });
+  EXPECT_CALL(*stub, StreamOutcomesRaw(_, _)).WillRepeatedly(Return(nullptr));  // a stub without streams
   std::atomic<absl::Time> now{absl::FromUnixSeconds(1'800'000'000)};
   ClientOptions options;
   options.flush_interval = absl::Milliseconds(5);
@@ -599,37 +628,22 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   client.SetDeclaredOrder("ch", {A("a")});
   // failoverd goes away; `n` failures are buffered (one report each).
   auto buffer_failures = [&](int n) {
-    ::testing::Mock::VerifyAndClearExpectations(stub.get());
-    EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      up = false;
+    }
     for (int i = 0; i < n; ++i) EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Fail(500); }).fail_static);
     ASSERT_EQ(client.buffered_reports(), static_cast<size_t>(n));
   };
-  std::mutex mu;
-  std::vector<v1::ReportOutcomesRequest> batches;
-  int one_by_one = 0;
-  int received = 0;  // outcomes failoverd took, either way
-  // failoverd answers again; its batch call takes the backlog, or refuses it.
-  // Returns once it has taken `total` outcomes in all (not once the backlog is
-  // empty: the client empties it before its call is made).
-  auto come_back = [&](bool takes_batches, int total) {
-    ::testing::Mock::VerifyAndClearExpectations(stub.get());
-    EXPECT_CALL(*stub, ReportOutcomes(_, _, _))
-        .WillRepeatedly([&, takes_batches](auto*, const v1::ReportOutcomesRequest& batch,
-                                           v1::StreamOutcomesResponse* summary) {
-          std::lock_guard<std::mutex> lock(mu);
-          batches.push_back(batch);
-          if (!takes_batches) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method");
-          received += batch.outcomes_size();
-          summary->set_accepted(static_cast<uint32_t>(batch.outcomes_size()));
-          return grpc::Status::OK;
-        });
-    EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest&, auto*) {
+  // failoverd answers again, taking batches or not. Returns once it has taken
+  // `total` outcomes in all (not once the backlog is empty: the client empties
+  // it before its call is made).
+  auto come_back = [&](bool batches_too, int total) {
+    {
       std::lock_guard<std::mutex> lock(mu);
-      ++one_by_one;
-      ++received;
-      return grpc::Status::OK;
-    });
-    EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
+      takes_batches = batches_too;
+      up = true;
+    }
     EXPECT_TRUE(Eventually([&] {
       std::lock_guard<std::mutex> lock(mu);
       return received == total;
@@ -642,7 +656,7 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   };
 
   ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
-  come_back(/*takes_batches=*/true, 3);
+  come_back(/*batches_too=*/true, 3);
   ASSERT_EQ(calls(), std::make_pair(size_t{1}, 0));
   std::set<uint64_t> sequences;
   for (const v1::ReportOutcomeRequest& r : batches[0].outcomes()) {
@@ -652,14 +666,14 @@ TEST(ClientBackgroundFlushTest, TheBacklogGoesInOneReportOutcomesCallAndAnOlderF
   EXPECT_EQ(sequences.size(), 3u) << batches[0].ShortDebugString();
 
   ASSERT_NO_FATAL_FAILURE(buffer_failures(3));
-  come_back(/*takes_batches=*/false, 6);
+  come_back(/*batches_too=*/false, 6);
   EXPECT_EQ(calls(), std::make_pair(size_t{2}, 3)) << "refused once, then one call per report";
   ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
-  come_back(/*takes_batches=*/false, 8);
+  come_back(/*batches_too=*/false, 8);
   EXPECT_EQ(calls(), std::make_pair(size_t{2}, 5)) << "not asked again within the minute";
   now = now.load() + absl::Minutes(1);
   ASSERT_NO_FATAL_FAILURE(buffer_failures(2));
-  come_back(/*takes_batches=*/true, 10);
+  come_back(/*batches_too=*/true, 10);
   EXPECT_EQ(calls(), std::make_pair(size_t{3}, 5)) << "asked again a minute later";
 }
 

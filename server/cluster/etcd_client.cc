@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
@@ -198,16 +199,75 @@ void EtcdClient::Revoke(int64_t lease) {
       });
 }
 
-EtcdClient::GrpcWatch::~GrpcWatch() {
-  if (stream_) {
-    context_.TryCancel();
-    (void)stream_->Finish();
-  }
+void EtcdClient::GrpcWatch::Start(etcdpb::Watch::Stub* stub, const etcdpb::WatchCreateRequest& request) {
+  *create_.mutable_create_request() = request;
+  stub->async()->Watch(&context_, this);
+  StartWrite(&create_);  // a failed write fails the read after it
+  reading_ = true;
+  StartRead(&incoming_);
+  holding_ = true;  // released when reads end, or by the destructor
+  AddHold();
+  started_ = true;
+  StartCall();
 }
+
+void EtcdClient::GrpcWatch::OnReadDone(bool ok) {
+  bool release = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reading_ = false;
+    if (ok) {
+      arrived_ = true;
+    } else {
+      reads_over_ = true;
+      release = std::exchange(holding_, false);
+    }
+    changed_.notify_all();
+  }
+  if (release) RemoveHold();
+}
+
+void EtcdClient::GrpcWatch::OnDone(const grpc::Status& status) {
+  // Notified under the lock: once it is released, this object may be gone.
+  std::lock_guard<std::mutex> lock(mu_);
+  final_ = status;
+  done_ = true;
+  changed_.notify_all();
+}
+
+bool EtcdClient::GrpcWatch::Read(etcdpb::WatchResponse* response) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return arrived_ || reads_over_; });
+    if (!arrived_) return false;
+    *response = std::move(incoming_);
+    arrived_ = false;
+    reading_ = true;
+  }
+  StartRead(&incoming_);
+  return true;
+}
+
+grpc::Status EtcdClient::GrpcWatch::Finish() {
+  context_.TryCancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!started_) return grpc::Status(grpc::StatusCode::CANCELLED, "watch not started");
+  // A read in flight ends (cancelled) and releases the hold itself.
+  changed_.wait(lock, [&] { return !reading_; });
+  if (std::exchange(holding_, false)) {
+    lock.unlock();
+    RemoveHold();
+    lock.lock();
+  }
+  changed_.wait(lock, [&] { return done_; });
+  return final_;
+}
+
+EtcdClient::GrpcWatch::~GrpcWatch() { (void)Finish(); }
 
 bool EtcdClient::GrpcWatch::Next(etcdpb::WatchResponse* response) {
   if (!status_.ok()) return false;
-  if (stream_->Read(response)) {
+  if (Read(response)) {
     if (!response->cancel_reason().empty() || (response->canceled() && !response->created())) {
       status_ = absl::UnavailableError(absl::StrCat("etcd ", endpoint_, ": watch cancelled: ",
                                                     response->cancel_reason().empty() ? "by etcd"
@@ -220,8 +280,7 @@ bool EtcdClient::GrpcWatch::Next(etcdpb::WatchResponse* response) {
     }
     return true;
   }
-  const grpc::Status s = stream_->Finish();
-  stream_.reset();
+  const grpc::Status s = Finish();
   status_ = s.ok() ? absl::UnavailableError(absl::StrCat("etcd ", endpoint_, ": watch ended"))
                    : FromGrpc(s, endpoint_, "watch");
   return false;
@@ -242,18 +301,14 @@ absl::StatusOr<std::unique_ptr<Etcd::Watch>> EtcdClient::StartWatch(const etcdpb
     // A member cut off from its cluster's leader ends the watch instead of
     // going silent, so the replica moves to a member that has one.
     watch->context_.AddMetadata("hasleader", "true");
-    watch->stream_ = endpoint.watch->Watch(&watch->context_);
-    etcdpb::WatchRequest create;
-    *create.mutable_create_request() = request;
+    watch->Start(endpoint.watch.get(), request);
     etcdpb::WatchResponse created;
-    if (watch->stream_->Write(create) && watch->stream_->Read(&created) && created.created() && !created.canceled()) {
+    if (watch->Read(&created) && created.created() && !created.canceled()) {
       current_.store(index, std::memory_order_relaxed);
       return watch;
     }
     errors_.fetch_add(1, std::memory_order_relaxed);
-    watch->context_.TryCancel();
-    const grpc::Status s = watch->stream_->Finish();
-    watch->stream_.reset();
+    const grpc::Status s = watch->Finish();
     last = s.ok() ? absl::UnavailableError(absl::StrCat("etcd ", endpoint.address, ": watch refused: ",
                                                         created.cancel_reason()))
                   : FromGrpc(s, endpoint.address, "watch");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -153,7 +154,14 @@ grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel
   if (address != relay_streams_to_ || now >= relay_streams_until_) {
     grpc::ClientContext context;
     PrepareLeaderCall(&context);
-    grpc::Status sent = stub->ReportOutcomes(&context, batch, summary);
+    // On the callback API, waited for here: a thread blocked inside a
+    // synchronous call polls for the whole process, and hands the callers'
+    // calls it reads to gRPC's callback threads (see EtcdClient::GrpcWatch).
+    auto answered = std::make_shared<std::promise<grpc::Status>>();
+    std::future<grpc::Status> answer = answered->get_future();
+    stub->async()->ReportOutcomes(&context, &batch, summary,
+                                  [answered](grpc::Status status) { answered->set_value(std::move(status)); });
+    grpc::Status sent = answer.get();
     if (sent.error_code() != grpc::StatusCode::UNIMPLEMENTED) return sent;
     // A leader from before ReportOutcomes (a rolling upgrade) gets streams
     // for a while, not a refused call before each batch; asked again later,

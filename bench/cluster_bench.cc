@@ -241,20 +241,28 @@ Round Load(const std::string& address, const Options& o, int round) {
   return Round{pairs.load(), std::chrono::duration<double>(Clock::now() - start).count()};
 }
 
-void Throughput(const std::string& follower, pid_t follower_pid, pid_t leader_pid, const std::string& single,
-                pid_t single_pid, const Options& o) {
+// `others` are the processes a follower's pairs also cost: the other
+// replicas and the etcd members.
+void Throughput(const std::string& follower, pid_t follower_pid, pid_t leader_pid, const std::vector<pid_t>& others,
+                const std::string& single, pid_t single_pid, const Options& o) {
   using failover::bench::CpuSeconds;
+  auto others_cpu_seconds = [&] {
+    double sum = 0;
+    for (pid_t pid : others) sum += pid > 0 ? CpuSeconds(pid) : 0;
+    return sum;
+  };
   uint64_t follower_pairs = 0, single_pairs = 0;
   double follower_s = 0, single_s = 0;
-  double follower_cpu = 0, leader_cpu = 0, single_cpu = 0;
+  double follower_cpu = 0, leader_cpu = 0, others_cpu = 0, single_cpu = 0;
   // Warm-up, not counted: every target's first success is judged (UNKNOWN to HEALTHY) once.
   Load(follower, o, -1);
   Load(single, o, -1);
   for (int round = 0; round < o.rounds; ++round) {
-    const double f0 = CpuSeconds(follower_pid), l0 = CpuSeconds(leader_pid);
+    const double f0 = CpuSeconds(follower_pid), l0 = CpuSeconds(leader_pid), o0 = others_cpu_seconds();
     const Round f = Load(follower, o, round);
     follower_cpu += CpuSeconds(follower_pid) - f0;
     leader_cpu += CpuSeconds(leader_pid) - l0;
+    others_cpu += others_cpu_seconds() - o0;
     const double s0 = CpuSeconds(single_pid);
     const Round s = Load(single, o, round);
     single_cpu += CpuSeconds(single_pid) - s0;
@@ -268,9 +276,10 @@ void Throughput(const std::string& follower, pid_t follower_pid, pid_t leader_pi
   const double fr = follower_pairs / follower_s, sr = single_pairs / single_s;
   std::printf("throughput follower %.0f pairs/s single %.0f pairs/s ratio %.2f (failure share %.2f)\n", fr, sr,
               fr / sr, o.failure_share);
-  std::printf("cpu per pair: follower %.1f us + leader %.1f us, single node %.1f us\n",
+  std::printf("cpu per pair: follower %.1f us + leader %.1f us + other replica and etcd %.1f us, single node %.1f us\n",
               1e6 * follower_cpu / static_cast<double>(follower_pairs),
               1e6 * leader_cpu / static_cast<double>(follower_pairs),
+              1e6 * others_cpu / static_cast<double>(follower_pairs),
               1e6 * single_cpu / static_cast<double>(single_pairs));
 }
 
@@ -375,8 +384,13 @@ int main(int argc, char** argv) {
   std::printf("cluster: 3-member etcd, 3 replicas (leader %d, measured follower %d), %d chains\n", leader, follower,
               o.chains);
   Convergence(replicas, leader, o);
-  Throughput(replicas[static_cast<size_t>(follower)].address(), replicas[static_cast<size_t>(follower)].proc->pid(),
-             replicas[static_cast<size_t>(leader)].proc->pid(), single->address(), single->pid(), o);
+  std::vector<pid_t> others;
+  for (int i = 0; i < static_cast<int>(replicas.size()); ++i) {
+    if (i != leader && i != follower) others.push_back(replicas[static_cast<size_t>(i)].proc->pid());
+  }
+  for (int m = 0; m < etcd.size(); ++m) others.push_back(etcd.pid(m));
+  Throughput(replicas[static_cast<size_t>(follower)].address(), follower_pid, leader_pid, others, single->address(),
+             single->pid(), o);
   LeaderLoss(replicas, etcd.Endpoints(), o);
   return 0;
 }

@@ -29,6 +29,7 @@ class EtcdCluster {
   // "127.0.0.1:p1,127.0.0.1:p2,..."
   std::string Endpoints() const;
   int size() const { return static_cast<int>(members_.size()); }
+  pid_t pid(int member) const { return members_[static_cast<size_t>(member)].pid; }  // -1 while killed
   void Kill(int member);  // SIGKILL
   // Starts a killed member again on its data dir and ports.
   bool Restart(int member, std::string* error);

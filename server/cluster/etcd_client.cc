@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "server/cluster/await_call.h"
 
 namespace failover::cluster {
 namespace {
@@ -134,26 +135,26 @@ absl::StatusOr<Response> EtcdClient::Unary(const char* what, Call call) {
 
 absl::StatusOr<etcdpb::RangeResponse> EtcdClient::Range(const etcdpb::RangeRequest& request) {
   return Unary<etcdpb::RangeResponse>("range", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::RangeResponse* r) {
-    return e.kv->Range(c, request, r);
+    return AwaitCall([&](auto done) { e.kv->async()->Range(c, &request, r, std::move(done)); });
   });
 }
 
 absl::StatusOr<etcdpb::TxnResponse> EtcdClient::Txn(const etcdpb::TxnRequest& request) {
   return Unary<etcdpb::TxnResponse>("txn", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::TxnResponse* r) {
-    return e.kv->Txn(c, request, r);
+    return AwaitCall([&](auto done) { e.kv->async()->Txn(c, &request, r, std::move(done)); });
   });
 }
 
 absl::StatusOr<etcdpb::PutResponse> EtcdClient::Put(const etcdpb::PutRequest& request) {
   return Unary<etcdpb::PutResponse>("put", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::PutResponse* r) {
-    return e.kv->Put(c, request, r);
+    return AwaitCall([&](auto done) { e.kv->async()->Put(c, &request, r, std::move(done)); });
   });
 }
 
 absl::StatusOr<etcdpb::DeleteRangeResponse> EtcdClient::DeleteRange(const etcdpb::DeleteRangeRequest& request) {
   return Unary<etcdpb::DeleteRangeResponse>(
       "delete", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::DeleteRangeResponse* r) {
-        return e.kv->DeleteRange(c, request, r);
+        return AwaitCall([&](auto done) { e.kv->async()->DeleteRange(c, &request, r, std::move(done)); });
       });
 }
 
@@ -162,7 +163,7 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl) {
   request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
   auto granted = Unary<etcdpb::LeaseGrantResponse>(
       "lease grant", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::LeaseGrantResponse* r) {
-        return e.lease->LeaseGrant(c, request, r);
+        return AwaitCall([&](auto done) { e.lease->async()->LeaseGrant(c, &request, r, std::move(done)); });
       });
   if (!granted.ok()) return granted.status();
   if (!granted->error().empty()) return absl::UnavailableError(absl::StrCat("etcd lease grant: ", granted->error()));
@@ -195,7 +196,7 @@ void EtcdClient::Revoke(int64_t lease) {
   request.set_id(lease);
   (void)Unary<etcdpb::LeaseRevokeResponse>(
       "lease revoke", [&](Endpoint& e, grpc::ClientContext* c, etcdpb::LeaseRevokeResponse* r) {
-        return e.lease->LeaseRevoke(c, request, r);
+        return AwaitCall([&](auto done) { e.lease->async()->LeaseRevoke(c, &request, r, std::move(done)); });
       });
 }
 

@@ -52,10 +52,9 @@ class EtcdClient final : public Etcd {
 
  private:
   // A watch on gRPC's callback API: Next waits on a condition variable, not
-  // inside gRPC. A thread blocked in a synchronous Read polls for the whole
-  // process, so it read callers' calls too and handed each one to gRPC's
-  // callback threads: about 20 us of a follower's CPU per decision pair in
-  // cluster_bench. At most one response is read ahead of Next.
+  // inside gRPC (why: await_call.h; the watch thread's polling cost a
+  // follower about 20 us of CPU per decision pair in cluster_bench). At most
+  // one response is read ahead of Next.
   class GrpcWatch final : public Watch,
                           private grpc::ClientBidiReactor<etcdpb::WatchRequest, etcdpb::WatchResponse> {
    public:

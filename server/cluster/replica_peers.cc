@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/trailers.h"
 #include "failover/v1/decision.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "server/cluster/await_call.h"
 #include "server/cluster/replica_internal.h"
 #include "server/log/log.h"
 
@@ -154,14 +154,8 @@ grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel
   if (address != relay_streams_to_ || now >= relay_streams_until_) {
     grpc::ClientContext context;
     PrepareLeaderCall(&context);
-    // On the callback API, waited for here: a thread blocked inside a
-    // synchronous call polls for the whole process, and hands the callers'
-    // calls it reads to gRPC's callback threads (see EtcdClient::GrpcWatch).
-    auto answered = std::make_shared<std::promise<grpc::Status>>();
-    std::future<grpc::Status> answer = answered->get_future();
-    stub->async()->ReportOutcomes(&context, &batch, summary,
-                                  [answered](grpc::Status status) { answered->set_value(std::move(status)); });
-    grpc::Status sent = answer.get();
+    grpc::Status sent =
+        AwaitCall([&](auto done) { stub->async()->ReportOutcomes(&context, &batch, summary, std::move(done)); });
     if (sent.error_code() != grpc::StatusCode::UNIMPLEMENTED) return sent;
     // A leader from before ReportOutcomes (a rolling upgrade) gets streams
     // for a while, not a refused call before each batch; asked again later,

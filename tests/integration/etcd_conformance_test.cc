@@ -5,6 +5,7 @@
 // Debian's etcd-server, one member on loopback; without it those cases skip.
 // The faults only the in-memory etcd makes (time, cuts, lost answers) are
 // checked on it alone, at the end.
+#include <future>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -314,6 +315,34 @@ TEST_P(EtcdConformanceTest, AWatchDeliversEveryChangeInItsRangeFromItsStartInRev
   etcdpb::WatchResponse response;
   EXPECT_FALSE((*watch)->Next(&response));
   cancel.join();
+}
+
+// A replica lets a watch go (a new leader, a reset, a stop) whether or not
+// etcd has sent something it has not read yet; letting go must not wait on
+// etcd to send more.
+TEST_P(EtcdConformanceTest, AWatchLetGoWithAnAnswerUnreadEndsAtOnce) {
+  const int64_t r0 = Revision();
+  etcdpb::WatchCreateRequest create;
+  create.set_key(Key("d/"));
+  create.set_range_end(Key("d0"));
+  create.set_start_revision(r0 + 1);
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> unread = etcd_->StartWatch(create);
+  ASSERT_TRUE(unread.ok()) << unread.status();
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> witness = etcd_->StartWatch(create);
+  ASSERT_TRUE(witness.ok()) << witness.status();
+  Put("d/a", "1");
+  // Once the witness has the change, the other watch has it waiting too (the
+  // same member sends both).
+  ASSERT_EQ(Read(witness->get(), 1).size(), 1u) << (*witness)->status();
+
+  auto gone = std::make_shared<std::promise<void>>();
+  std::future<void> let_go = gone->get_future();
+  std::thread([watch = std::move(unread).value(), gone]() mutable {
+    watch.reset();
+    gone->set_value();
+  }).detach();
+  EXPECT_EQ(let_go.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+      << "letting go of a watch with an answer unread hangs";
 }
 
 TEST_P(EtcdConformanceTest, CompactionRefusesReadsAndWatchesFromBeforeItAndKeepsTheValueAtIt) {

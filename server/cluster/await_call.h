@@ -4,6 +4,9 @@
 // reads whatever arrives, the callers' calls to this replica among them, and
 // hands each to gRPC's callback threads, a wake-up and a hand-off per call.
 // Waiting on a future instead leaves the polling to the callback threads.
+// So it must never be called on one of them: the answer comes on one, and with
+// every one of them waiting, nothing would deliver it. The replica's own
+// threads (log, session, relay, committer) make these calls.
 #pragma once
 
 #include <future>

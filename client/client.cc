@@ -832,7 +832,8 @@ std::string Client::StopReason(const RunOptions& options, absl::Duration wait) c
   if (options.cancelled != nullptr && options.cancelled->load(std::memory_order_acquire)) {
     return "cancelled by the caller";
   }
-  if (options_.now() + wait >= options.deadline) {
+  // No deadline, no clock to read (a read is most of this on a VM's clock).
+  if (options.deadline != absl::InfiniteFuture() && options_.now() + wait >= options.deadline) {
     return wait > absl::ZeroDuration()
                ? absl::StrCat("the request's deadline comes before the retry delay (", absl::FormatDuration(wait),
                               ") ends")

@@ -281,13 +281,17 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   RETURN_IF_ERROR(find_excluded());
   // Time may have brought a target back or ended a dwell since the last tick:
   // settle that first, as a change of its own, so the plan reflects it.
+  // The usual case, nothing to settle, takes the chain's lock once: the check
+  // and the plan under one hold.
   bool settle = false;
   for (const ChainSlot& slot : chain->slots) settle = settle || ComesBackNow(*slot.target, now);
+  std::unique_lock<std::mutex> chain_lock(chain->rt->mu, std::defer_lock);
   if (!settle) {
-    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    chain_lock.lock();
     settle = DecideChainLocked(*snap, *chain, now, EvalContext{}).changes;
   }
   if (settle && accepting_changes()) {
+    if (chain_lock.owns_lock()) chain_lock.unlock();  // the writer's lock comes first
     ChangeWriter w(*this);
     snap = Load();  // a config change may have come first
     chain = snap->FindChain(req.chain);
@@ -304,7 +308,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   }
   const bool single = req.body_bytes > chain->hot.max_replay_bytes || !chain->hot.failover_enabled;
   {
-    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    if (!chain_lock.owns_lock()) chain_lock = std::unique_lock<std::mutex>(chain->rt->mu);
     RETURN_IF_ERROR(
         BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
     if (chain->hot.retry_budget_ratio > 0) {
@@ -313,6 +317,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
     }
     plan->state = chain->rt->state;
     plan->active_target = chain->rt->active;
+    chain_lock.unlock();
   }
   size_t cap = plan->attempts.size();
   if (single) {

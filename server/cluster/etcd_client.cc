@@ -208,7 +208,6 @@ void EtcdClient::GrpcWatch::Start(etcdpb::Watch::Stub* stub, const etcdpb::Watch
   StartRead(&incoming_);
   holding_ = true;  // released when reads end, or by the destructor
   AddHold();
-  started_ = true;
   StartCall();
 }
 
@@ -252,7 +251,6 @@ bool EtcdClient::GrpcWatch::Read(etcdpb::WatchResponse* response) {
 grpc::Status EtcdClient::GrpcWatch::Finish() {
   context_.TryCancel();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!started_) return grpc::Status(grpc::StatusCode::CANCELLED, "watch not started");
   // A read in flight ends (cancelled) and releases the hold itself.
   changed_.wait(lock, [&] { return !reading_; });
   if (std::exchange(holding_, false)) {

@@ -66,6 +66,8 @@ class EtcdClient final : public Etcd {
    private:
     friend class EtcdClient;
     // Sends the create request and reads ahead; the context is set up first.
+    // Always called right after construction (StartWatch), so Finish may wait
+    // on the call's end.
     void Start(etcdpb::Watch::Stub* stub, const etcdpb::WatchCreateRequest& request);
     // The next response as etcd sent it; false once the stream is over.
     bool Read(etcdpb::WatchResponse* response);
@@ -79,7 +81,6 @@ class EtcdClient final : public Etcd {
     etcdpb::WatchResponse incoming_;  // the read in flight writes here
     std::mutex mu_;
     std::condition_variable changed_;
-    bool started_ = false;
     bool reading_ = false;     // a read is in flight
     bool arrived_ = false;     // incoming_ holds a response Next has not taken
     bool reads_over_ = false;  // a read failed: nothing more will arrive

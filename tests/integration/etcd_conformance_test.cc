@@ -81,6 +81,15 @@ class EtcdConformanceTest : public ::testing::TestWithParam<std::string> {
     return etcd_->Range(get);
   }
 
+  // A watch on every key under `dir` ("w" watches w/...) from `start`.
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> WatchDir(const std::string& dir, int64_t start) {
+    etcdpb::WatchCreateRequest create;
+    create.set_key(Key(dir + "/"));
+    create.set_range_end(Key(dir + "0"));  // '0' follows '/'
+    create.set_start_revision(start);
+    return etcd_->StartWatch(create);
+  }
+
   absl::Status Compact(int64_t revision) {
     if (mem_) return mem_->Compact(revision);
     auto kv = etcdpb::KV::NewStub(grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
@@ -284,11 +293,7 @@ TEST_P(EtcdConformanceTest, AKeyOnALeaseGoesWithItAndARenewalOfAnEndedLeaseSaysZ
 TEST_P(EtcdConformanceTest, AWatchDeliversEveryChangeInItsRangeFromItsStartInRevisionOrder) {
   const int64_t r0 = Revision();
   Put("w/a", "1");  // r0+1: before the watch is opened, replayed from its start
-  etcdpb::WatchCreateRequest create;
-  create.set_key(Key("w/"));
-  create.set_range_end(Key("w0"));
-  create.set_start_revision(r0 + 1);
-  absl::StatusOr<std::unique_ptr<Etcd::Watch>> watch = etcd_->StartWatch(create);
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> watch = WatchDir("w", r0 + 1);
   ASSERT_TRUE(watch.ok()) << watch.status();
   Put("elsewhere", "x");  // r0+2: outside the range
   Put("w/b", "2");        // r0+3
@@ -322,13 +327,9 @@ TEST_P(EtcdConformanceTest, AWatchDeliversEveryChangeInItsRangeFromItsStartInRev
 // etcd to send more.
 TEST_P(EtcdConformanceTest, AWatchLetGoWithAnAnswerUnreadEndsAtOnce) {
   const int64_t r0 = Revision();
-  etcdpb::WatchCreateRequest create;
-  create.set_key(Key("d/"));
-  create.set_range_end(Key("d0"));
-  create.set_start_revision(r0 + 1);
-  absl::StatusOr<std::unique_ptr<Etcd::Watch>> unread = etcd_->StartWatch(create);
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> unread = WatchDir("d", r0 + 1);
   ASSERT_TRUE(unread.ok()) << unread.status();
-  absl::StatusOr<std::unique_ptr<Etcd::Watch>> witness = etcd_->StartWatch(create);
+  absl::StatusOr<std::unique_ptr<Etcd::Watch>> witness = WatchDir("d", r0 + 1);
   ASSERT_TRUE(witness.ok()) << witness.status();
   Put("d/a", "1");
   // Once the witness has the change, the other watch has it waiting too (the

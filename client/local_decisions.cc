@@ -6,6 +6,7 @@
 #include "client/connection.h"
 #include "common/clock.h"
 #include "common/report_sender.h"
+#include "proto/read_ahead.h"
 #include "proto/state_convert.h"
 #include "server/api/decision_convert.h"
 #include "server/api/status_convert.h"
@@ -197,22 +198,38 @@ void LocalDecisions::Follow() {
   }
 }
 
+namespace {
+
+// One FollowState stream, read on gRPC's callback API (why: read_ahead.h; in a
+// caller that also serves gRPC, a synchronous Read here would poll for that
+// server too).
+class StateStream final : public ReadAhead<grpc::ClientReadReactor<v1::StateUpdate>, v1::StateUpdate> {
+ public:
+  StateStream(v1::DecisionService::StubInterface* stub, grpc::ClientContext* ctx) {
+    stub->async()->FollowState(ctx, &request_, this);
+    StartReading(ctx);
+  }
+  ~StateStream() override { (void)Finish(); }
+
+ private:
+  const v1::FollowStateRequest request_;
+};
+
+}  // namespace
+
 grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
-  std::unique_ptr<grpc::ClientReaderInterface<v1::StateUpdate>> reader =
-      stub_->FollowState(ctx, v1::FollowStateRequest());
+  StateStream reader(stub_.get(), ctx);
   // A copy that cannot take what failoverd sent is dropped: following again
   // starts from a fresh state rather than deciding from a wrong one.
   auto give_up = [&](const std::string& why) {
-    ctx->TryCancel();
-    grpc::Status finished = reader->Finish();
-    (void)finished;
+    (void)reader.Finish();  // cancels the stream
     return grpc::Status(grpc::StatusCode::INTERNAL, why);
   };
   v1::StateUpdate update;
   RestoredState pending;
   size_t parts = 0;
   std::shared_ptr<Copy> copy;  // the one this stream loaded
-  while (reader->Read(&update)) {
+  while (reader.Read(&update)) {
     Heard();
     if (update.has_state()) {
       absl::Status added = api::AddStatePart(update.state(), parts++, &pending);
@@ -250,7 +267,7 @@ grpc::Status LocalDecisions::FollowOnce(grpc::ClientContext* ctx) {
       heartbeats_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  return reader->Finish();
+  return reader.Finish();
 }
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectLocal(ClientOptions options, LocalOptions local) {

@@ -204,62 +204,7 @@ void EtcdClient::GrpcWatch::Start(etcdpb::Watch::Stub* stub, const etcdpb::Watch
   *create_.mutable_create_request() = request;
   stub->async()->Watch(&context_, this);
   StartWrite(&create_);  // a failed write fails the read after it
-  reading_ = true;
-  StartRead(&incoming_);
-  holding_ = true;  // released when reads end, or by the destructor
-  AddHold();
-  StartCall();
-}
-
-void EtcdClient::GrpcWatch::OnReadDone(bool ok) {
-  bool release = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    reading_ = false;
-    if (ok) {
-      arrived_ = true;
-    } else {
-      reads_over_ = true;
-      release = std::exchange(holding_, false);
-    }
-    changed_.notify_all();
-  }
-  if (release) RemoveHold();
-}
-
-void EtcdClient::GrpcWatch::OnDone(const grpc::Status& status) {
-  // Notified under the lock: once it is released, this object may be gone.
-  std::lock_guard<std::mutex> lock(mu_);
-  final_ = status;
-  done_ = true;
-  changed_.notify_all();
-}
-
-bool EtcdClient::GrpcWatch::Read(etcdpb::WatchResponse* response) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [&] { return arrived_ || reads_over_; });
-    if (!arrived_) return false;
-    *response = std::move(incoming_);
-    arrived_ = false;
-    reading_ = true;
-  }
-  StartRead(&incoming_);
-  return true;
-}
-
-grpc::Status EtcdClient::GrpcWatch::Finish() {
-  context_.TryCancel();
-  std::unique_lock<std::mutex> lock(mu_);
-  // A read in flight ends (cancelled) and releases the hold itself.
-  changed_.wait(lock, [&] { return !reading_; });
-  if (std::exchange(holding_, false)) {
-    lock.unlock();
-    RemoveHold();
-    lock.lock();
-  }
-  changed_.wait(lock, [&] { return done_; });
-  return final_;
+  StartReading(&context_);
 }
 
 EtcdClient::GrpcWatch::~GrpcWatch() { (void)Finish(); }

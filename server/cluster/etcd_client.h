@@ -6,7 +6,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "proto/read_ahead.h"
 #include "server/cluster/etcd.h"
 
 namespace failover::cluster {
@@ -52,11 +52,13 @@ class EtcdClient final : public Etcd {
 
  private:
   // A watch on gRPC's callback API: Next waits on a condition variable, not
-  // inside gRPC (why: await_call.h; the watch thread's polling cost a
+  // inside gRPC (why: proto/read_ahead.h; the watch thread's polling cost a
   // follower about 20 us of CPU per decision pair in cluster_bench). At most
   // one response is read ahead of Next.
-  class GrpcWatch final : public Watch,
-                          private grpc::ClientBidiReactor<etcdpb::WatchRequest, etcdpb::WatchResponse> {
+  class GrpcWatch final
+      : public Watch,
+        public ReadAhead<grpc::ClientBidiReactor<etcdpb::WatchRequest, etcdpb::WatchResponse>,
+                         etcdpb::WatchResponse> {
    public:
     ~GrpcWatch() override;
     bool Next(etcdpb::WatchResponse* response) override;
@@ -69,24 +71,9 @@ class EtcdClient final : public Etcd {
     // Always called right after construction (StartWatch), so Finish may wait
     // on the call's end.
     void Start(etcdpb::Watch::Stub* stub, const etcdpb::WatchCreateRequest& request);
-    // The next response as etcd sent it; false once the stream is over.
-    bool Read(etcdpb::WatchResponse* response);
-    // Ends the call (cancelling it if still open) and returns its status.
-    grpc::Status Finish();
-    void OnReadDone(bool ok) override;
-    void OnDone(const grpc::Status& status) override;
 
     grpc::ClientContext context_;
     etcdpb::WatchRequest create_;
-    etcdpb::WatchResponse incoming_;  // the read in flight writes here
-    std::mutex mu_;
-    std::condition_variable changed_;
-    bool reading_ = false;     // a read is in flight
-    bool arrived_ = false;     // incoming_ holds a response Next has not taken
-    bool reads_over_ = false;  // a read failed: nothing more will arrive
-    bool holding_ = false;     // the hold that lets Next start the next read
-    bool done_ = false;        // OnDone ran: gRPC is finished with this object
-    grpc::Status final_;
     absl::Status status_;
     std::string endpoint_;
   };

@@ -57,8 +57,8 @@ class EtcdClient final : public Etcd {
   // one response is read ahead of Next.
   class GrpcWatch final
       : public Watch,
-        public ReadAhead<grpc::ClientBidiReactor<etcdpb::WatchRequest, etcdpb::WatchResponse>,
-                         etcdpb::WatchResponse> {
+        private ReadAhead<grpc::ClientBidiReactor<etcdpb::WatchRequest, etcdpb::WatchResponse>,
+                          etcdpb::WatchResponse> {
    public:
     ~GrpcWatch() override;
     bool Next(etcdpb::WatchResponse* response) override;

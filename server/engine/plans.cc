@@ -307,18 +307,16 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
     RETURN_IF_ERROR(find_excluded());
   }
   const bool single = req.body_bytes > chain->hot.max_replay_bytes || !chain->hot.failover_enabled;
-  {
-    if (!chain_lock.owns_lock()) chain_lock = std::unique_lock<std::mutex>(chain->rt->mu);
-    RETURN_IF_ERROR(
-        BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
-    if (chain->hot.retry_budget_ratio > 0) {
-      if (!chain->rt->retry_budget) chain->rt->retry_budget = std::make_unique<RetryBudget>();
-      chain->rt->retry_budget->CountFirstAttempt(now);
-    }
-    plan->state = chain->rt->state;
-    plan->active_target = chain->rt->active;
-    chain_lock.unlock();
+  if (!chain_lock.owns_lock()) chain_lock = std::unique_lock<std::mutex>(chain->rt->mu);
+  RETURN_IF_ERROR(
+      BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
+  if (chain->hot.retry_budget_ratio > 0) {
+    if (!chain->rt->retry_budget) chain->rt->retry_budget = std::make_unique<RetryBudget>();
+    chain->rt->retry_budget->CountFirstAttempt(now);
   }
+  plan->state = chain->rt->state;
+  plan->active_target = chain->rt->active;
+  chain_lock.unlock();
   size_t cap = plan->attempts.size();
   if (single) {
     cap = 1;

@@ -104,7 +104,7 @@ void Print(const char* mode, int threads, const Result& r) {
   std::string notes;
   if (r.failed) notes += " failed=" + std::to_string(r.failed);
   if (r.off_path) notes += " off_path=" + std::to_string(r.off_path) + " (these figures mix in another path)";
-  std::printf("mode=%s c=%d p50_us=%.1f p99_us=%.1f rps=%.0f%s\n", mode, threads,
+  std::printf("mode=%s c=%d p50_us=%.2f p99_us=%.2f rps=%.0f%s\n", mode, threads,
               failover::bench::Percentile(r.latencies_us, 0.5), failover::bench::Percentile(r.latencies_us, 0.99),
               Rps(r), notes.c_str());
   std::fflush(stdout);

@@ -36,19 +36,27 @@ void ToProto(absl::Duration d, google::protobuf::Duration* out) {
   out->set_nanos(static_cast<int32_t>(absl::ToInt64Nanoseconds(d - absl::Seconds(out->seconds()))));
 }
 
+// Writes the report of one attempt over `req` (whose strings keep their
+// allocations when it is used again).
+void FillReport(const std::string& chain, const std::string& decision_id, const std::string& target,
+                uint32_t number, const AttemptOutcome& out, v1::ReportOutcomeRequest* req) {
+  req->Clear();
+  req->set_chain(chain);
+  req->set_decision_id(decision_id);
+  req->set_target(target);
+  req->set_attempt(number);
+  if (out.ok) {
+    req->mutable_success();
+  } else {
+    *req->mutable_failure() = out.failure;
+  }
+  if (out.latency > absl::ZeroDuration()) ToProto(out.latency, req->mutable_latency());
+}
+
 v1::ReportOutcomeRequest MakeReport(const std::string& chain, const std::string& decision_id,
                                     const std::string& target, uint32_t number, const AttemptOutcome& out) {
   v1::ReportOutcomeRequest req;
-  req.set_chain(chain);
-  req.set_decision_id(decision_id);
-  req.set_target(target);
-  req.set_attempt(number);
-  if (out.ok) {
-    req.mutable_success();
-  } else {
-    *req.mutable_failure() = out.failure;
-  }
-  if (out.latency > absl::ZeroDuration()) ToProto(out.latency, req.mutable_latency());
+  FillReport(chain, decision_id, target, number, out, &req);
   return req;
 }
 
@@ -60,11 +68,13 @@ std::string Describe(const v1::Failure& f) {
 
 // One request's own messages, which its thread keeps for its next request:
 // cleared, a message keeps its strings and repeated elements allocated, so
-// from the second request on a plan, a pick and a verdict cost no allocation.
+// from the second request on a plan, a pick and a verdict cost no allocation,
+// nor does a report that joins the backlog's last one.
 // A Run inside an attempt (on the same thread) gets new ones.
 struct RequestMessages {
   v1::PickTargetRequest pick;
   v1::PickTargetResponse plan;
+  v1::ReportOutcomeRequest report;
   v1::ReportOutcomeResponse verdict;
   bool in_use = false;
 };
@@ -161,10 +171,10 @@ size_t Client::buffered_reports() const {
   return outcomes;
 }
 
-size_t Client::Buffer(v1::ReportOutcomeRequest req) {
+size_t Client::Buffer(v1::ReportOutcomeRequest* req) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (CoalesceLocked(req)) return buffered_.size();
-  buffered_.push_back(std::move(req));
+  if (CoalesceLocked(*req)) return buffered_.size();
+  buffered_.push_back(std::move(*req));
   while (buffered_.size() > options_.max_buffered_reports) DropOneLocked();
   return buffered_.size();
 }
@@ -284,7 +294,7 @@ Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcome
     // nothing to failoverd: the chain names the context.
     const bool failure = req.has_failure();
     request->clear_decision_id();
-    const size_t backlog = Buffer(std::move(*request));
+    const size_t backlog = Buffer(request);
     // A failure may trip the target, which should reach every caller soon; a
     // full batch goes before the buffer could overflow.
     if (failure || backlog >= kBatch) WakeFlusher();
@@ -293,7 +303,7 @@ Client::Sent Client::Report(v1::ReportOutcomeRequest* request, v1::ReportOutcome
   if (req.has_success() && options_.background_flush && options_.report_successes_in_background) {
     // A success's verdict is always DONE: no request waits for failoverd to
     // say so. The report goes with the backlog, from the client's thread.
-    if (Buffer(req) >= kBatch) WakeFlusher();
+    if (Buffer(request) >= kBatch) WakeFlusher();
     resp->set_verdict(v1::VERDICT_DONE);
     return Sent::kDelivered;
   }
@@ -489,7 +499,6 @@ struct Client::HedgeResult {
   // were reported in the order they finished. Buffered when failoverd could not
   // be reached.
   std::vector<AttemptRecord> records;
-  std::vector<std::string> tried;
   bool reached = true;
   bool refused = false;  // failoverd answered a report with an error
   std::string refusal;
@@ -539,7 +548,7 @@ void Client::StartRacer(const std::shared_ptr<HedgeRace>& race, int i) {
       v1::ReportOutcomeResponse verdict;
       std::string refusal;
       v1::ReportOutcomeRequest report = RacerReport(*race, i);
-      if (Report(&report, &verdict, &refusal, &budget) == Sent::kUnreachable) Buffer(std::move(report));
+      if (Report(&report, &verdict, &refusal, &budget) == Sent::kUnreachable) Buffer(&report);
     }
   });
 }
@@ -619,7 +628,7 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
         h.last_verdict = verdict;
         break;
       case Sent::kUnreachable:
-        Buffer(report);
+        Buffer(&report);
         h.reached = false;
         break;
       case Sent::kRefused:
@@ -627,7 +636,6 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
         break;
     }
     h.records.push_back(record);
-    h.tried.push_back(r.target.target());
     h.last_attempt = r.target;
     if (r.out.ok && h.served_by.empty()) {
       h.served_by = r.target.target();
@@ -639,7 +647,6 @@ Client::HedgeResult Client::Hedge(const std::string& chain, const v1::PickTarget
     const HedgeRace::Racer& loser = race->racers[1 - winner];
     h.records.push_back(AttemptRecord{loser.target.target(), loser.ctx.number, false, v1::VERDICT_UNSPECIFIED,
                                       loser.ctx.hedged});
-    h.tried.push_back(loser.target.target());
   }
   return h;
 }
@@ -692,7 +699,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
                                   chain);
       return result;
     }
-    return RunStatic(chain, "", cached, {}, attempt, options, std::move(result));
+    return RunStatic(chain, "", cached, attempt, options, std::move(result));
   }
   if (plan.attempts().empty()) {
     result.error = absl::StrCat("failoverd returned an empty plan for chain ", chain);
@@ -704,7 +711,6 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
   const auto plan_copy = [&plan] { return std::vector<v1::Attempt>(plan.attempts().begin(), plan.attempts().end()); };
   const v1::Attempt* current = &plan.attempts(0);
   v1::Attempt named;
-  std::vector<std::string> tried;
   uint32_t number = 1;
   std::optional<AttemptOutcome> ready;  // the current attempt's outcome, already in hand
   if (options.idempotent && plan.attempts_size() >= 2 && FromProto(plan.hedge_after()) > absl::ZeroDuration()) {
@@ -713,7 +719,6 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       ready = std::move(h.first);
     } else {
       result.attempts = std::move(h.records);
-      tried = std::move(h.tried);
       if (!h.served_by.empty()) {
         result.ok = true;
         result.served_by = h.served_by;
@@ -727,7 +732,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         return result;
       }
       if (!h.reached) {
-        return RunStatic(chain, plan.decision_id(), plan_copy(), tried, attempt, options, std::move(result));
+        return RunStatic(chain, plan.decision_id(), plan_copy(), attempt, options, std::move(result));
       }
       // Both failed: the verdict on the last one decides.
       number = 3;
@@ -763,10 +768,10 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
       }
       out = attempt(*current, AttemptContext{number, false, nullptr});
     }
-    tried.push_back(current->target());
     AttemptRecord record{current->target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
-    v1::ReportOutcomeRequest report = MakeReport(chain, plan.decision_id(), current->target(), number, out);
+    v1::ReportOutcomeRequest& report = messages->report;
+    FillReport(chain, plan.decision_id(), current->target(), number, out, &report);
     v1::ReportOutcomeResponse& verdict = messages->verdict;
     verdict.Clear();
     std::string refusal;
@@ -785,7 +790,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
     }
     if (sent == Sent::kUnreachable) {
       // failoverd went away mid-request: keep the report, carry on down the plan.
-      Buffer(std::move(report));
+      Buffer(&report);
       result.attempts.push_back(record);
       if (out.ok) {
         result.ok = true;
@@ -795,7 +800,7 @@ LoopResult Client::Run(const std::string& chain, const AttemptFn& attempt, const
         Promote(chain, current->target());
         return result;
       }
-      return RunStatic(chain, plan.decision_id(), plan_copy(), tried, attempt, options, std::move(result));
+      return RunStatic(chain, plan.decision_id(), plan_copy(), attempt, options, std::move(result));
     }
     record.verdict = verdict.verdict();
     record.reason = verdict.reason();
@@ -843,21 +848,25 @@ std::string Client::StopReason(const RunOptions& options, absl::Duration wait) c
 }
 
 LoopResult Client::RunStatic(const std::string& chain, const std::string& decision_id,
-                             const std::vector<v1::Attempt>& plan, std::vector<std::string> tried,
-                             const AttemptFn& attempt, const RunOptions& options, LoopResult result) {
+                             const std::vector<v1::Attempt>& plan, const AttemptFn& attempt,
+                             const RunOptions& options, LoopResult result) {
   result.fail_static = true;
   std::vector<std::string> failures;
   uint32_t number = static_cast<uint32_t>(result.attempts.size());
+  const auto tried = [&result](const std::string& target) {
+    return std::any_of(result.attempts.begin(), result.attempts.end(),
+                       [&target](const AttemptRecord& r) { return r.target == target; });
+  };
   for (const v1::Attempt& a : plan) {
-    if (std::find(tried.begin(), tried.end(), a.target()) != tried.end()) continue;
+    if (tried(a.target())) continue;  // on the plan failoverd gave, before it went away
     if (std::string stop = StopReason(options, absl::ZeroDuration()); !stop.empty()) {
       result.error = stop;
       return result;
     }
     ++number;
     const AttemptOutcome out = attempt(a, AttemptContext{number, false, nullptr});
-    tried.push_back(a.target());
-    Buffer(MakeReport(chain, decision_id, a.target(), number, out));
+    v1::ReportOutcomeRequest report = MakeReport(chain, decision_id, a.target(), number, out);
+    Buffer(&report);
     AttemptRecord record{a.target(), number, out.ok, v1::VERDICT_UNSPECIFIED, false};
     record.latency = out.latency;
     result.attempts.push_back(record);

@@ -205,13 +205,15 @@ class Client {
   };
   // Stamps `req` with its report id before the first send, so a copy buffered
   // after a call that did reach failoverd counts once when it is sent again.
-  // Delivered to the local copy, `req` is moved into the backlog: the caller
-  // uses it again only when it comes back kUnreachable.
+  // Delivered to the local copy (or a success left to the background flush),
+  // `req` goes to the backlog (Buffer): the caller uses it again only when it
+  // comes back kUnreachable.
   Sent Report(v1::ReportOutcomeRequest* req, v1::ReportOutcomeResponse* resp, std::string* refusal,
               CallBudget* budget);
   // Returns the backlog's size. A success on the same chain and target as
-  // the newest buffered one joins it (ReportOutcomeRequest.count).
-  size_t Buffer(v1::ReportOutcomeRequest req);
+  // the newest buffered one joins it (ReportOutcomeRequest.count) and leaves
+  // `req` as it was; any other report is moved into the backlog.
+  size_t Buffer(v1::ReportOutcomeRequest* req);
   bool CoalesceLocked(const v1::ReportOutcomeRequest& req);
   // Keeps a plan failoverd gave as the order for fail-static runs on `chain`
   // (copied only when it differs from the one kept).
@@ -222,9 +224,10 @@ class Client {
   // Why the request must stop before waiting `wait` and making another
   // attempt (the caller's deadline or cancellation), or empty.
   std::string StopReason(const RunOptions& options, absl::Duration wait) const;
+  // Goes down `plan` alone, skipping the targets `result` already tried.
   LoopResult RunStatic(const std::string& chain, const std::string& decision_id,
-                       const std::vector<v1::Attempt>& plan, std::vector<std::string> tried, const AttemptFn& attempt,
-                       const RunOptions& options, LoopResult result);
+                       const std::vector<v1::Attempt>& plan, const AttemptFn& attempt, const RunOptions& options,
+                       LoopResult result);
   // The first two attempts of a hedged plan (see the top of this file).
   struct HedgeResult;
   struct HedgeRace;

@@ -74,12 +74,14 @@ grpc::Status LocalDecisions::Pick(const v1::PickTargetRequest& req, v1::PickTarg
   if (copy == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no copy of failoverd's state yet");
   absl::StatusOr<PickRequest> pick = api::PickFromProto(req);
   if (!pick.ok()) return api::ToGrpcStatus(pick.status());
-  Plan plan;
+  // Kept for this thread's next pick, so the decision id's text is written
+  // over, not allocated; the snapshot it holds is let go at once.
+  thread_local Plan plan;
   Events events;
   const absl::Status picked = copy->engine->Pick(*pick, clock_->Now(), &plan, &events);
-  if (!picked.ok()) return api::ToGrpcStatus(picked);
-  api::PlanToProto(plan, resp);
-  return grpc::Status::OK;
+  if (picked.ok()) api::PlanToProto(plan, resp);
+  plan.snapshot.reset();
+  return picked.ok() ? grpc::Status::OK : api::ToGrpcStatus(picked);
 }
 
 grpc::Status LocalDecisions::Report(const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {

@@ -54,7 +54,7 @@ class ClusterSim {
   ClusterSim(uint64_t seed, int steps, bool verbose)
       : seed_(seed), steps_(steps), verbose_(verbose), rng_(seed), etcd_(&clock_), keys_(kPrefix),
         admin_(etcd_.Connect()) {
-    const int n = 2 + static_cast<int>(rng_.Below(3));  // two to four replicas
+    const int n = 2 + static_cast<int>(rng_.Below(4));  // two to five replicas
     for (int i = 0; i < n; ++i) replicas_.push_back(std::make_unique<SimReplica>(i, &etcd_, &clock_, &history_));
   }
 

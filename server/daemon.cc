@@ -257,7 +257,10 @@ absl::Status Daemon::Start() {
                                      absl::Hours(flags_.events_max_age_hours), [this] {
                                        changes_->Heartbeat();
                                        FlushTrace();
-                                       api::ReleaseFreedMemoryIfAsked();
+                                       api::ReleaseFreedMemoryIfAsked([this] {
+                                         const absl::Status flushed = store_->FlushMemtables();
+                                         if (!flushed.ok()) log::Warn(absl::StrCat("memtable flush: ", flushed.message()));
+                                       });
                                      });
 
   prometheus::BuildGauge()

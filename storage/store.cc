@@ -616,6 +616,16 @@ absl::StatusOr<std::vector<CountedReport>> Store::CountedReports() const {
   return out;
 }
 
+absl::Status Store::FlushMemtables() {
+  std::shared_lock<std::shared_mutex> open(mu_);
+  RETURN_IF_ERROR(OpenOrRefuse());
+  RETURN_IF_ERROR(CheckFreeSpace(0));  // a flush writes table files
+  rocksdb::FlushOptions background;
+  background.wait = false;
+  const std::vector<rocksdb::ColumnFamilyHandle*> families(handles_.begin(), handles_.end());
+  return FromRocks(db_->Flush(background, families), data_dir_);
+}
+
 absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now) {
   std::shared_lock<std::shared_mutex> open(mu_);
   RETURN_IF_ERROR(OpenOrRefuse());

@@ -122,6 +122,11 @@ class Store {
   // (DESIGN 3.14, invariant 4): what a restart must still take as counted.
   [[nodiscard]] absl::StatusOr<std::vector<CountedReport>> CountedReports() const;
 
+  // Starts writing the memtables out to table files, in the background, so
+  // that their memory is freed: after a large change, whose records would
+  // otherwise stay in memory until later writes fill the memtables.
+  [[nodiscard]] absl::Status FlushMemtables();
+
   // Drops events beyond the newest `keep_count` and those older than `max_age`.
   [[nodiscard]] absl::Status TrimEvents(size_t keep_count, absl::Duration max_age, absl::Time now);
 

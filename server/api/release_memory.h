@@ -20,11 +20,15 @@ inline std::atomic<int> ticks_to_release{0};
 // daemon's tick after next, at least a second away, gives the memory back,
 // off the caller's path.
 inline void ReleaseFreedMemorySoon() { internal::ticks_to_release.store(2, std::memory_order_relaxed); }
-// Once a tick.
-inline void ReleaseFreedMemoryIfAsked() {
+// Once a tick. `flush` runs on the first of the two ticks: what it frees in
+// the background (the store's memtables, holding the change's records) is
+// given back on the second.
+template <class Flush>
+void ReleaseFreedMemoryIfAsked(Flush flush) {
   int n = internal::ticks_to_release.load(std::memory_order_relaxed);
   while (n > 0 && !internal::ticks_to_release.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
   }
+  if (n == 2) flush();
   if (n == 1) ReleaseFreedMemory();
 }
 

@@ -400,6 +400,34 @@ TEST(StoreTest, EveryCallAfterCloseIsRefusedNotACrash) {
   EXPECT_EQ(store->Load().status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->RecentEvents(1).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->TrimEvents(1, absl::Hours(1), kT0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->FlushMemtables().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// After a large change the daemon flushes the memtables so that the memory
+// holding its records is given back (restore_benchmark's live figure).
+TEST(StoreTest, FlushingTheMemtablesFreesTheirMemoryAndKeepsEveryRecord) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  ASSERT_NE(store, nullptr);
+  Change change;
+  for (uint64_t i = 1; i <= 2000; ++i) change.events.push_back(SwitchEvent(i, kT0));
+  change.next_sequence = 2001;
+  ASSERT_TRUE(WriteOne(*store, change).ok());
+  const auto in_memtables = [&store] {
+    uint64_t bytes = 0;
+    EXPECT_TRUE(store->db()->GetAggregatedIntProperty("rocksdb.cur-size-all-mem-tables", &bytes));
+    return bytes;
+  };
+  const uint64_t before = in_memtables();
+  ASSERT_GT(before, 100u << 10);  // 2,000 events' records
+  ASSERT_TRUE(store->FlushMemtables().ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);  // the flush runs in the background
+  while (in_memtables() > before / 4 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_LE(in_memtables(), before / 4);
+  absl::StatusOr<Events> kept = store->RecentEvents(5000);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->size(), 2000u);
+  EXPECT_EQ(kept->back().sequence, 2000u);
 }
 
 TEST(StoreTest, ADataDirOfTheEarlierSchemaIsRefusedNamingWhatToDo) {

@@ -259,7 +259,10 @@ absl::Status Daemon::Start() {
                                        FlushTrace();
                                        api::ReleaseFreedMemoryIfAsked([this] {
                                          const absl::Status flushed = store_->FlushMemtables();
-                                         if (!flushed.ok()) log::Warn(absl::StrCat("memtable flush: ", flushed.message()));
+                                         if (flushed.ok()) return;
+                                         log::Warn(absl::StrCat("could not flush the data dir's memtables after a "
+                                                                "config change (their memory stays in use): ",
+                                                                flushed.message()));
                                        });
                                      });
 

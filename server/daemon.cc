@@ -452,15 +452,20 @@ absl::Status Daemon::Stop() {
 }
 
 void Daemon::FlushTrace() {
-  std::vector<TraceEntry> written;
-  const absl::Status flushed = trace_->Flush(store_.get(), clock_.Now(), &written);
-  if (!flushed.ok() && !trace_failing_) log::Warn(absl::StrCat("outcome trace not written: ", flushed.message()));
-  if (flushed.ok() && trace_failing_) log::Info("outcome trace written again");
-  trace_failing_ = !flushed.ok();
   // Shadow policies see what the trace records: what this replica counted.
   const absl::Time now = clock_.Now();
   shadows_->Configure(*engine_->snapshot(), now);
-  events_->PublishShadow(shadows_->Feed(written, now));
+  std::vector<ShadowEvent> shadow_events;
+  bool fed = false;
+  const absl::Status flushed = trace_->Flush(store_.get(), now, [&](absl::Span<const TraceEntry> written) {
+    shadow_events = shadows_->Feed(written, now);
+    fed = true;
+  });
+  if (!fed) shadow_events = shadows_->Feed({}, now);  // the runs still move on to now
+  if (!flushed.ok() && !trace_failing_) log::Warn(absl::StrCat("outcome trace not written: ", flushed.message()));
+  if (flushed.ok() && trace_failing_) log::Info("outcome trace written again");
+  trace_failing_ = !flushed.ok();
+  events_->PublishShadow(shadow_events);
 }
 
 }  // namespace failover

@@ -659,7 +659,7 @@ absl::Status Store::TrimEvents(size_t keep_count, absl::Duration max_age, absl::
   return FromRocks(s, data_dir_);
 }
 
-absl::Status Store::AppendTrace(std::vector<TraceEntry>* entries) {
+absl::Status Store::AppendTrace(absl::Span<TraceEntry> entries) {
   std::shared_lock<std::shared_mutex> open(mu_);
   RETURN_IF_ERROR(OpenOrRefuse());
   std::lock_guard<std::mutex> one_writer(trace_mu_);
@@ -668,7 +668,7 @@ absl::Status Store::AppendTrace(std::vector<TraceEntry>* entries) {
   uint64_t next = next_trace_.load();
   TraceRecord r;
   std::string value;
-  for (TraceEntry& e : *entries) {
+  for (TraceEntry& e : entries) {
     e.number = next++;
     r.Clear();
     EncodeTrace(e, &r);

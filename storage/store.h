@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/change.h"
 #include "common/outcome.h"
 
@@ -134,7 +135,7 @@ class Store {
   // they are appended, apart from the event log. Appends are not synced (a
   // machine crash may lose the newest); the trace is a record for tuning, not
   // acknowledged state. Sets each entry's number.
-  [[nodiscard]] absl::Status AppendTrace(std::vector<TraceEntry>* entries);
+  [[nodiscard]] absl::Status AppendTrace(absl::Span<TraceEntry> entries);
   // Entries counted in [from, to) and numbered after `after`, oldest first,
   // at most `limit`; only `chain`'s when it is not empty.
   [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> ReadTrace(absl::Time from, absl::Time to,

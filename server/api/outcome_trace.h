@@ -9,8 +9,10 @@
 #include <mutex>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/outcome.h"
 #include "storage/store.h"
 
@@ -28,10 +30,14 @@ class OutcomeTrace {
   void Add(TraceEntry entry);
   // Writes what waits, then trims the trace on disk. What a refused write
   // held goes back to wait (within the bound) for the next call. What was
-  // written since the last Flush (a Read writes too) is appended to
-  // `written` when given: the shadow policies' feed.
+  // written since the last Flush (a Read writes too) is passed to `written`
+  // in trace order, as one span valid during the call (no call when nothing
+  // was): the shadow policies' feed.
   [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now,
-                                   std::vector<TraceEntry>* written = nullptr);
+                                   absl::FunctionRef<void(absl::Span<const TraceEntry>)> written);
+  [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now) {
+    return Flush(store, now, [](absl::Span<const TraceEntry>) {});
+  }
   // What the trace holds (storage::Store::ReadTrace), what
   // waits included: it is written first. At most `limit`.
   [[nodiscard]] absl::StatusOr<std::vector<TraceEntry>> Read(storage::Store* store, absl::Time from, absl::Time to,
@@ -41,17 +47,25 @@ class OutcomeTrace {
   uint64_t dropped() const;
 
  private:
-  // Writes what waits; flush_mu_ held, so entries are numbered in the order they were added.
-  [[nodiscard]] absl::Status WriteWaiting(storage::Store* store);
+  // Writes what waits into batch_ and the store; flush_mu_ held, so entries
+  // are numbered in the order they were added. On success the first
+  // `*written` slots of batch_ hold what was written.
+  [[nodiscard]] absl::Status WriteWaiting(storage::Store* store, size_t* written);
 
   const size_t keep_;
   const absl::Duration max_age_;
   // std::mutex, not absl::Mutex: ThreadSanitizer sees it (Debian's Abseil
   // is not built for it). flush_mu_ is taken before mu_.
   std::mutex flush_mu_;
-  std::vector<TraceEntry> written_;  // since the last Flush; under flush_mu_
+  // The slots of the last write, handed back to Add to overwrite: a second's
+  // entries are never freed as a batch on one thread (under load that burst
+  // of frees in other threads' malloc arenas was most of the decision tail).
+  std::vector<TraceEntry> batch_;    // under flush_mu_
+  std::vector<TraceEntry> written_;  // written by a Read since the last Flush; under flush_mu_
   mutable std::mutex mu_;
+  // The first waiting_count_ slots wait; the rest are spent, kept to be overwritten.
   std::vector<TraceEntry> waiting_;  // under mu_
+  size_t waiting_count_ = 0;         // under mu_
   uint64_t dropped_ = 0;             // under mu_
 };
 

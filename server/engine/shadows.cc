@@ -62,7 +62,7 @@ void ShadowPolicies::Configure(const Snapshot& snapshot, absl::Time now) {
   }
 }
 
-std::vector<ShadowEvent> ShadowPolicies::Feed(const std::vector<TraceEntry>& entries, absl::Time now) {
+std::vector<ShadowEvent> ShadowPolicies::Feed(absl::Span<const TraceEntry> entries, absl::Time now) {
   std::vector<ShadowEvent> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, r] : runs_) {

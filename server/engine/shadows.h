@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/model.h"
 #include "common/outcome.h"
 #include "server/engine/engine.h"
@@ -53,7 +54,7 @@ class ShadowPolicies {
 
   // Feeds `entries` (in trace order) to the runs whose chain holds each
   // entry's target, advances every run to `now`, and returns what they did.
-  std::vector<ShadowEvent> Feed(const std::vector<TraceEntry>& entries, absl::Time now);
+  std::vector<ShadowEvent> Feed(absl::Span<const TraceEntry> entries, absl::Time now);
 
   // Every run, by chain then shadow name.
   std::vector<ShadowStatus> Status() const;

@@ -240,6 +240,55 @@ TEST(OutcomeTraceTest, WhatARefusedWriteHeldIsWrittenOnceTheStoreTakesWritesAgai
   for (int i = 0; i < 10; ++i) EXPECT_EQ(kept[i].facts.message, absl::StrCat("overloaded ", i));
 }
 
+// The shadow policies' feed: each Flush passes what was written since the
+// last one (a Read's write included) once, in order. The buffer's slots are
+// overwritten by the next second's entries, so none of a slot's old facts
+// may show through.
+TEST(OutcomeTraceTest, EachFlushFeedsWhatWasWrittenSinceTheLastOnceAndInOrder) {
+  TempDir dir;
+  auto store = OpenOk(dir.path());
+  OutcomeTrace trace(1000, absl::Hours(24));
+  std::vector<std::string> fed;
+  int calls = 0;
+  auto flush = [&](absl::Time now) {
+    calls = 0;
+    fed.clear();
+    ASSERT_TRUE(trace
+                    .Flush(store.get(), now,
+                           [&](absl::Span<const TraceEntry> written) {
+                             ++calls;
+                             for (const TraceEntry& e : written) fed.push_back(e.facts.message);
+                           })
+                    .ok());
+  };
+  for (int i = 0; i < 5; ++i) trace.Add(Failure(kT0, i));
+  flush(kT0 + absl::Seconds(1));
+  EXPECT_THAT(fed, ::testing::ElementsAre("overloaded 0", "overloaded 1", "overloaded 2", "overloaded 3",
+                                          "overloaded 4"));
+  for (int i = 5; i < 8; ++i) trace.Add(Failure(kT0 + absl::Seconds(1), i));
+  ASSERT_TRUE(trace.Read(store.get(), absl::InfinitePast(), absl::InfiniteFuture(), "", 100, 0).ok());
+  TraceEntry bare;  // into a slot that held a full failure two seconds ago
+  bare.at = kT0 + absl::Seconds(1);
+  bare.target = "local";
+  trace.Add(bare);
+  flush(kT0 + absl::Seconds(2));
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(fed, ::testing::ElementsAre("overloaded 5", "overloaded 6", "overloaded 7", ""));
+  flush(kT0 + absl::Seconds(3));
+  EXPECT_EQ(calls, 0);  // nothing written
+
+  std::vector<TraceEntry> kept = ReadAll(*store);
+  ASSERT_EQ(kept.size(), 9u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(kept[i].facts.message, absl::StrCat("overloaded ", i));
+  const TraceEntry& last = kept[8];
+  EXPECT_EQ(last.target, "local");
+  EXPECT_EQ(last.chain, "");
+  EXPECT_EQ(last.facts.http_status, 0u);
+  EXPECT_EQ(last.facts.error_code, "");
+  EXPECT_EQ(last.latency, absl::ZeroDuration());
+  EXPECT_EQ(last.number, kept[7].number + 1);
+}
+
 // The ticker flushes the trace while the committer writes state changes.
 // Each lands whole and numbered in order; under ThreadSanitizer (scripts/
 // sanitize) the two writes must also never be in RocksDB at once, where it

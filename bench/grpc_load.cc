@@ -9,7 +9,8 @@
 //              inside the loop but outside the timed pair.
 // It prints pairs per second, pair latency percentiles and failoverd's CPU time
 // per pair for both, and their ratios. By default the client is pinned to one
-// core and failoverd to the other.
+// core and failoverd to the other; --own-baseline runs the baseline on a
+// second failoverd, so a decision round's leftover work cannot reach it.
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -53,6 +55,7 @@ struct Options {
   int server_cpu = 0;       // -1: not pinned
   int client_cpu = 1;
   std::vector<std::string> server_args;  // passed on to failoverd
+  bool own_baseline = false;  // the baseline on a second failoverd
 };
 
 
@@ -222,6 +225,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--server-arg", options.server_args,
                  "A flag passed on to failoverd, such as --server-arg=--trace-keep=0; repeatable");
+  app.add_flag("--own-baseline", options.own_baseline,
+               "Run the baseline on a second failoverd (same flags and CPU, no chains), so work a decision round "
+               "leaves behind (the outcome trace's flush, trips' writes) cannot reach into it");
   CLI11_PARSE(app, argc, argv);
   const int cpus = static_cast<int>(std::thread::hardware_concurrency());
   if (options.server_cpu >= cpus || options.client_cpu >= cpus) {
@@ -234,6 +240,17 @@ int main(int argc, char** argv) {
   if (started == nullptr) return 1;
   failover::testing::FailoverdProcess& proc = *started;
   if (options.server_cpu >= 0 && !PinProcess(proc.pid(), options.server_cpu)) std::perror("pinning failoverd");
+  // The baseline's server: the same one, or one of its own.
+  failover::testing::TempDir baseline_data;
+  std::unique_ptr<failover::testing::FailoverdProcess> own_baseline;
+  if (options.own_baseline) {
+    own_baseline = failover::bench::StartFailoverd(baseline_data, options.server_args);
+    if (own_baseline == nullptr) return 1;
+    if (options.server_cpu >= 0 && !PinProcess(own_baseline->pid(), options.server_cpu)) {
+      std::perror("pinning the baseline's failoverd");
+    }
+  }
+  failover::testing::FailoverdProcess& baseline_proc = own_baseline ? *own_baseline : proc;
   if (options.client_cpu >= 0 && !Pin(0, options.client_cpu)) std::perror("pinning the load generator");
   {
     grpc::ClientContext ctx;
@@ -249,12 +266,15 @@ int main(int argc, char** argv) {
   }
 
   Load load(options, proc.address());
-  load.Run(Mode::kBaseline, 1, proc.pid(), nullptr);  // warm-up: connections, caches, thread pools
+  std::optional<Load> own_baseline_load;  // else the baseline shares the decision loop's channels
+  if (own_baseline) own_baseline_load.emplace(options, own_baseline->address());
+  Load& baseline_load = own_baseline_load ? *own_baseline_load : load;
+  baseline_load.Run(Mode::kBaseline, 1, baseline_proc.pid(), nullptr);  // warm-up: connections, caches, thread pools
   load.Run(Mode::kDecision, 1, proc.pid(), nullptr);
   const uint64_t events_before = LastSequence(proc);
   Totals baseline, decision;
   for (int round = 0; round < options.rounds; ++round) {
-    load.Run(Mode::kBaseline, options.seconds, proc.pid(), &baseline);
+    baseline_load.Run(Mode::kBaseline, options.seconds, baseline_proc.pid(), &baseline);
     load.Run(Mode::kDecision, options.seconds, proc.pid(), &decision);
   }
   const uint64_t events = LastSequence(proc) - events_before;
@@ -262,8 +282,8 @@ int main(int argc, char** argv) {
   std::printf("%d client threads over %d channels, %d %s chains, %.0f%% of first attempts fail, %d x %.0f s per mode\n",
               options.threads, options.channels, options.chains, options.strategy.c_str(),
               options.failure_share * 100, options.rounds, options.seconds);
-  std::printf("load generator on CPU %d, failoverd on CPU %d (of %d)\n\n", options.client_cpu, options.server_cpu,
-              cpus);
+  std::printf("load generator on CPU %d, failoverd on CPU %d (of %d); baseline on %s\n\n", options.client_cpu,
+              options.server_cpu, cpus, options.own_baseline ? "a failoverd of its own" : "the same failoverd");
   std::printf("| %-30s | %9s | %6s | %6s | %8s | %13s | %6s |\n", "pair", "pairs/s", "p50 us", "p99 us",
               "p99.9 us", "server CPU us", "errors");
   std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(32, '-').c_str(), std::string(11, '-').c_str(),
@@ -281,6 +301,7 @@ int main(int argc, char** argv) {
   std::printf("decision loops that took TRY_NEXT (one more ReportOutcome each, included in the CPU column): %ld\n"
               "events written (trips, switches, recoveries): %llu\n",
               decision.extra_calls, static_cast<unsigned long long>(events));
+  if (own_baseline) own_baseline->Stop(SIGTERM);
   proc.Stop(SIGTERM);
   return 0;
 }

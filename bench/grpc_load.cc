@@ -72,10 +72,14 @@ class Load {
     }
   }
 
-  // Runs `mode` for `seconds` on every thread; appends to `totals` unless warming up.
-  void Run(Mode mode, double seconds, pid_t server, Totals* totals) {
+  // Runs `mode` for `seconds` on every thread; appends to `totals` unless
+  // warming up, and the decision pairs whose first report failed (the trip
+  // path) also to `failed_first`, the others to `succeeded_first`.
+  void Run(Mode mode, double seconds, pid_t server, Totals* totals, std::vector<double>* failed_first = nullptr,
+           std::vector<double>* succeeded_first = nullptr) {
     std::atomic<bool> stop{false};
     std::vector<std::vector<double>> latencies(options_.threads);
+    std::vector<std::vector<bool>> first_failed(options_.threads);
     std::vector<long> errors(options_.threads, 0), extra(options_.threads, 0);
     std::vector<std::thread> threads;
     const double cpu_before = failover::bench::CpuSeconds(server);
@@ -87,7 +91,7 @@ class Load {
         if (mode == Mode::kBaseline) {
           Baseline(channel, stop, &latencies[t], &errors[t]);
         } else {
-          Decisions(channel, t, stop, &latencies[t], &errors[t], &extra[t]);
+          Decisions(channel, t, stop, &latencies[t], &first_failed[t], &errors[t], &extra[t]);
         }
       });
     }
@@ -99,6 +103,11 @@ class Load {
     totals->server_cpu_seconds += failover::bench::CpuSeconds(server) - cpu_before;
     for (int t = 0; t < options_.threads; ++t) {
       totals->latencies_us.insert(totals->latencies_us.end(), latencies[t].begin(), latencies[t].end());
+      if (failed_first != nullptr && succeeded_first != nullptr) {
+        for (size_t i = 0; i < first_failed[t].size(); ++i) {
+          (first_failed[t][i] ? failed_first : succeeded_first)->push_back(latencies[t][i]);
+        }
+      }
       totals->errors += errors[t];
       totals->extra_calls += extra[t];
     }
@@ -130,7 +139,7 @@ class Load {
   }
 
   void Decisions(const std::shared_ptr<grpc::Channel>& channel, int thread, const std::atomic<bool>& stop,
-                 std::vector<double>* latencies, long* errors, long* extra) {
+                 std::vector<double>* latencies, std::vector<bool>* first_failed, long* errors, long* extra) {
     auto stub = v1::DecisionService::NewStub(channel);
     std::mt19937_64 random(static_cast<uint64_t>(thread) + 1);
     std::uniform_real_distribution<double> unit(0, 1);
@@ -148,6 +157,7 @@ class Load {
       }
       std::string target = plan.attempts(0).target();
       bool fail = unit(random) < options_.failure_share;
+      const bool failed = fail;
       bool ok = true;
       double pair_us = 0;
       for (int attempt = 1; attempt <= 3; ++attempt) {
@@ -178,6 +188,7 @@ class Load {
         continue;
       }
       latencies->push_back(pair_us);
+      first_failed->push_back(failed);
     }
   }
 
@@ -273,9 +284,10 @@ int main(int argc, char** argv) {
   load.Run(Mode::kDecision, 1, proc.pid(), nullptr);
   const uint64_t events_before = LastSequence(proc);
   Totals baseline, decision;
+  std::vector<double> failed_first, succeeded_first;
   for (int round = 0; round < options.rounds; ++round) {
     baseline_load.Run(Mode::kBaseline, options.seconds, baseline_proc.pid(), &baseline);
-    load.Run(Mode::kDecision, options.seconds, proc.pid(), &decision);
+    load.Run(Mode::kDecision, options.seconds, proc.pid(), &decision, &failed_first, &succeeded_first);
   }
   const uint64_t events = LastSequence(proc) - events_before;
 
@@ -298,6 +310,13 @@ int main(int argc, char** argv) {
               Percentile(decision.latencies_us, 0.99) / Percentile(baseline.latencies_us, 0.99));
   std::printf("p99.9 ratio (decision / baseline):      %.2f\n",
               Percentile(decision.latencies_us, 0.999) / Percentile(baseline.latencies_us, 0.999));
+  // Where the tail is: the trip path (a failed first report) or every pair.
+  if (!failed_first.empty() && !succeeded_first.empty()) {
+    std::printf("decision pairs whose first report failed: %zu, p50 %.0f us, p99 %.0f us; "
+                "the others: p50 %.0f us, p99 %.0f us\n",
+                failed_first.size(), Percentile(failed_first, 0.5), Percentile(failed_first, 0.99),
+                Percentile(succeeded_first, 0.5), Percentile(succeeded_first, 0.99));
+  }
   std::printf("decision loops that took TRY_NEXT (one more ReportOutcome each, included in the CPU column): %ld\n"
               "events written (trips, switches, recoveries): %llu\n",
               decision.extra_calls, static_cast<unsigned long long>(events));

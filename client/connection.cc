@@ -25,7 +25,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> OpenChannel(const ConnectionOptio
   const int max_backoff_ms = static_cast<int>(std::max(0.1, options.max_reconnect_backoff_seconds) * 1000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, std::min(max_backoff_ms, 200));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(max_backoff_ms, 200));
+  // GRPC_ARG_MIN_RECONNECT_BACKOFF_MS is left at gRPC's 20 s: gRPC gives each
+  // connection attempt that long at least, and a shorter one abandoned every
+  // attempt at a failoverd slower than it to answer (a loaded machine), so
+  // the channel never connected.
   if (options.tls_ca.empty() && options.tls_cert.empty() && options.tls_key.empty()) {
     return grpc::CreateCustomChannel(options.server, grpc::InsecureChannelCredentials(), args);
   }

@@ -8,8 +8,10 @@
 
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/connection.h"
 #include "client/upstream_failure.h"
 #include "gmock/gmock.h"
 #include "tests/support/api_test.h"
@@ -441,6 +443,32 @@ TEST(ClientHungFailoverdTest, AStoppedFailoverdCostsOneBudgetThenNothing) {
   // machine took longer than ten seconds (CI, TSan stage).
   EXPECT_TRUE(Eventually([&] { return !(*client)->Run("ch", ok).fail_static; }, std::chrono::seconds(60)));
   EXPECT_TRUE(Eventually([&] { return (*client)->buffered_reports() == 0; }, std::chrono::seconds(60)));
+}
+
+// A failoverd slow to answer a new connection (stopped here; on a loaded
+// machine, busy) is waited for: the channel's attempt stays open past its
+// reconnect backoff (at most 1 s) and connects once failoverd answers. An
+// attempt given up after the backoff is started again with the same short
+// deadline, so a failoverd slower than that was never reached.
+TEST(ClientConnectionTest, AFailoverdSlowToAnswerANewConnectionIsWaitedFor) {
+  TestFailoverd failoverd;
+  ASSERT_TRUE(failoverd.Start(TwoTargetConfig()));
+  FailoverdProcess& proc = failoverd.proc();
+  ASSERT_EQ(::kill(proc.pid(), SIGSTOP), 0);
+  const absl::Cleanup resume = [&] { ::kill(proc.pid(), SIGCONT); };
+  ASSERT_TRUE(Eventually([&] { return ProcessState(proc.pid()) == 'T'; }));
+  client::ConnectionOptions options;
+  options.server = proc.address();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = client::OpenChannel(options);
+  ASSERT_TRUE(channel.ok());
+  (*channel)->GetState(/*try_to_connect=*/true);
+  ASSERT_TRUE(Eventually([&] { return (*channel)->GetState(false) == GRPC_CHANNEL_CONNECTING; }));
+  // Three times the longest backoff: still the one attempt, not a failure.
+  EXPECT_FALSE((*channel)->WaitForStateChange(GRPC_CHANNEL_CONNECTING,
+                                              std::chrono::system_clock::now() + std::chrono::seconds(3)))
+      << "the attempt was given up: the channel is " << (*channel)->GetState(false);
+  ASSERT_EQ(::kill(proc.pid(), SIGCONT), 0);
+  EXPECT_TRUE((*channel)->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(60)));
 }
 
 }  // namespace

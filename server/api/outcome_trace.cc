@@ -61,15 +61,17 @@ absl::Status OutcomeTrace::WriteWaiting(storage::Store* store, size_t* written) 
 
 absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now,
                                  absl::FunctionRef<void(absl::Span<const TraceEntry>)> written) {
-  if (!enabled()) return absl::OkStatus();
+  if (!enabled()) {
+    written({});
+    return absl::OkStatus();
+  }
   std::lock_guard<std::mutex> flushing(flush_mu_);
   size_t n = 0;
   const absl::Status appended = WriteWaiting(store, &n);
   if (written_.empty()) {
-    if (n > 0) written(absl::MakeConstSpan(batch_).first(n));
+    written(absl::MakeConstSpan(batch_).first(n));
   } else {  // a Read wrote some since the last Flush: one span, in trace order
-    written_.insert(written_.end(), std::make_move_iterator(batch_.begin()),
-                    std::make_move_iterator(batch_.begin() + static_cast<ptrdiff_t>(n)));
+    KeepWritten(n);
     written(written_);
     written_.clear();
   }
@@ -83,15 +85,18 @@ absl::Status OutcomeTrace::Flush(storage::Store* store, absl::Time now,
   return store->TrimTrace(keep_, max_age_, now);
 }
 
+void OutcomeTrace::KeepWritten(size_t n) {
+  written_.insert(written_.end(), std::make_move_iterator(batch_.begin()),
+                  std::make_move_iterator(batch_.begin() + static_cast<ptrdiff_t>(n)));
+}
+
 absl::StatusOr<std::vector<TraceEntry>> OutcomeTrace::Read(storage::Store* store, absl::Time from, absl::Time to,
                                                            absl::string_view chain, size_t limit, uint64_t after) {
   if (enabled()) {
     std::lock_guard<std::mutex> flushing(flush_mu_);
     size_t n = 0;
     RETURN_IF_ERROR(WriteWaiting(store, &n));
-    // Kept for the next Flush's caller: the shadow policies see every entry once.
-    written_.insert(written_.end(), std::make_move_iterator(batch_.begin()),
-                    std::make_move_iterator(batch_.begin() + static_cast<ptrdiff_t>(n)));
+    KeepWritten(n);  // for the next Flush's caller: the shadow policies see every entry once
   }
   return store->ReadTrace(from, to, chain, limit, after);
 }

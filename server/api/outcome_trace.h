@@ -31,8 +31,9 @@ class OutcomeTrace {
   // Writes what waits, then trims the trace on disk. What a refused write
   // held goes back to wait (within the bound) for the next call. What was
   // written since the last Flush (a Read writes too) is passed to `written`
-  // in trace order, as one span valid during the call (no call when nothing
-  // was): the shadow policies' feed.
+  // in trace order, as one span valid during the call: the shadow policies'
+  // feed. `written` is called once every time, with an empty span when
+  // nothing was written or the trace is off, so a feed's clock moves on.
   [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now,
                                    absl::FunctionRef<void(absl::Span<const TraceEntry>)> written);
   [[nodiscard]] absl::Status Flush(storage::Store* store, absl::Time now) {
@@ -51,6 +52,8 @@ class OutcomeTrace {
   // are numbered in the order they were added. On success the first
   // `*written` slots of batch_ hold what was written.
   [[nodiscard]] absl::Status WriteWaiting(storage::Store* store, size_t* written);
+  // Moves the first `n` slots of batch_ (a write's) to the end of written_.
+  void KeepWritten(size_t n);
 
   const size_t keep_;
   const absl::Duration max_age_;

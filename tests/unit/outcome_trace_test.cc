@@ -276,7 +276,15 @@ TEST(OutcomeTraceTest, EachFlushFeedsWhatWasWrittenSinceTheLastOnceAndInOrder) {
   EXPECT_EQ(calls, 1);
   EXPECT_THAT(fed, ::testing::ElementsAre("overloaded 5", "overloaded 6", "overloaded 7", ""));
   flush(kT0 + absl::Seconds(3));
-  EXPECT_EQ(calls, 0);  // nothing written
+  EXPECT_EQ(calls, 1);  // nothing written: an empty span, so the feed's clock still moves on
+  EXPECT_THAT(fed, ::testing::IsEmpty());
+  OutcomeTrace off(0, absl::Hours(24));
+  int off_calls = 0;
+  ASSERT_TRUE(off.Flush(store.get(), kT0, [&](absl::Span<const TraceEntry> written) {
+                   ++off_calls;
+                   EXPECT_TRUE(written.empty());
+                 }).ok());
+  EXPECT_EQ(off_calls, 1);  // a trace turned off still moves the feed's clock
 
   std::vector<TraceEntry> kept = ReadAll(*store);
   ASSERT_EQ(kept.size(), 9u);
@@ -290,10 +298,6 @@ TEST(OutcomeTraceTest, EachFlushFeedsWhatWasWrittenSinceTheLastOnceAndInOrder) {
   EXPECT_EQ(last.number, kept[7].number + 1);
 }
 
-// The ticker flushes the trace while the committer writes state changes.
-// Each lands whole and numbered in order; under ThreadSanitizer (scripts/
-// sanitize) the two writes must also never be in RocksDB at once, where it
-// would copy one thread's batch on the other's and stop the process.
 // Reports add while the ticker flushes and a caller reads, as under load:
 // the slots a Flush hands back are overwritten by reports already waiting.
 // Every entry reaches the disk and the shadow feed once, in one order, and
@@ -351,6 +355,10 @@ TEST(OutcomeTraceTest, ReportsAddingDuringFlushesAndReadsEachReachDiskAndFeedOnc
   EXPECT_EQ(fed, stored);  // what the shadow policies saw: the disk's entries, once each, in its order
 }
 
+// The ticker flushes the trace while the committer writes state changes.
+// Each lands whole and numbered in order; under ThreadSanitizer (scripts/
+// sanitize) the two writes must also never be in RocksDB at once, where it
+// would copy one thread's batch on the other's and stop the process.
 TEST(OutcomeTraceTest, TraceFlushesAndStateWritesFromTwoThreadsBothLandWhole) {
   TempDir dir;
   auto store = OpenOk(dir.path());

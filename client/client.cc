@@ -232,9 +232,14 @@ void Client::NoteReached(bool reached) {
     if (was_down && backlog) WakeFlusher();  // failoverd is back: send what waited for it
     return;
   }
+  const bool was_up = down_until_ == absl::InfinitePast();
   down_backoff_ = down_backoff_ == absl::ZeroDuration() ? options_.down_backoff
                                                         : std::min(down_backoff_ * 2, options_.max_down_backoff);
   down_until_ = options_.now() + down_backoff_;
+  lock.unlock();
+  // The client's thread may be waiting out flush_interval: it starts the
+  // backoff from now, so failoverd is asked again after the backoff alone.
+  if (was_up) WakeFlusher();
 }
 
 bool Client::SkippingFailoverd() {

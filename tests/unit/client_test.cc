@@ -584,6 +584,32 @@ TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests)
   EXPECT_EQ(client.buffered_reports(), 0u);
 }
 
+// A request that finds failoverd gone hands the asking-again to the client's
+// thread at once: failoverd is asked again after down_backoff, not after the
+// thread's current wait for flush_interval (an hour here) runs out.
+TEST(ClientBackgroundFlushTest, AFailoverdFoundGoneIsAskedAgainAfterTheBackoffNotTheFlushInterval) {
+  std::atomic<bool> up{true};
+  auto stub = std::make_shared<v1::MockDecisionServiceStub>();
+  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly([&](auto*, const v1::PickTargetRequest&, auto* plan) {
+    if (!up.load()) return kUnavailable;
+    *plan = Plan({"a"});
+    return grpc::Status::OK;
+  });
+  EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
+  EXPECT_CALL(*stub, ReportOutcomes(_, _, _)).WillRepeatedly(Return(grpc::Status::OK));
+  EXPECT_CALL(*stub, StreamOutcomesRaw(_, _)).WillRepeatedly(Return(nullptr));  // asked again with PickTarget
+  ClientOptions options;
+  options.flush_interval = absl::Hours(1);
+  options.down_backoff = options.max_down_backoff = absl::Milliseconds(5);
+  Client client(stub, options);
+  auto run = [&] { return client.Run("ch", [](const v1::Attempt&) { return Ok(); }); };
+  ASSERT_FALSE(run().fail_static);
+  up = false;
+  EXPECT_TRUE(run().fail_static);
+  up = true;
+  EXPECT_TRUE(Eventually([&] { return !run().fail_static; }));
+}
+
 // The client's thread sends the backlog in one ReportOutcomes call, each
 // report with an id of its own. A failoverd from before that call (it answers
 // UNIMPLEMENTED) is asked once, then sent the reports another way (here one

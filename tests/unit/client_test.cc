@@ -545,31 +545,38 @@ bool Eventually(const std::function<bool()>& done) {
 // By default the backlog is the client's own thread's job: once failoverd
 // answers again it goes out without any request (or Flush) sending it.
 TEST(ClientBackgroundFlushTest, TheBacklogIsSentByTheClientsThreadNotByRequests) {
+  // The mock's answers follow `up`; its expectations are set once, before the
+  // client's thread calls it (gMock's are not to be changed while another
+  // thread calls the mock, and this one asks failoverd again on its own).
+  std::atomic<bool> up{false};
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> sent_by_caller{0}, sent_by_client{0};
   auto stub = std::make_shared<v1::MockDecisionServiceStub>();
   // A failoverd without the batch calls (the mock has no streams): one call per report.
-  ON_CALL(*stub, ReportOutcomes(_, _, _)).WillByDefault(Return(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "")));
+  EXPECT_CALL(*stub, ReportOutcomes(_, _, _)).WillRepeatedly(Return(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "")));
+  EXPECT_CALL(*stub, StreamOutcomesRaw(_, _)).WillRepeatedly(Return(nullptr));
+  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly([&](auto*, const v1::PickTargetRequest&, auto* plan) {
+    if (!up.load()) return kUnavailable;
+    *plan = Plan({"a"});
+    return grpc::Status::OK;
+  });
+  EXPECT_CALL(*stub, ReportOutcome(_, _, _))
+      .WillRepeatedly([&](auto*, const v1::ReportOutcomeRequest& req, v1::ReportOutcomeResponse* resp) {
+        if (!up.load()) return kUnavailable;
+        (std::this_thread::get_id() == caller ? sent_by_caller : sent_by_client) += std::max<uint32_t>(req.count(), 1);
+        *resp = Verdict(v1::VERDICT_DONE);
+        return grpc::Status::OK;
+      });
   std::atomic<absl::Time> now{absl::FromUnixSeconds(1'800'000'000)};
   ClientOptions options;
   options.flush_interval = absl::Milliseconds(5);
   options.now = [&] { return now.load(); };
   Client client(stub, options);
   client.SetDeclaredOrder("ch", {A("a")});
-  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(Return(kUnavailable));
-  EXPECT_CALL(*stub, ReportOutcome(_, _, _)).WillRepeatedly(Return(kUnavailable));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).fail_static);
   ASSERT_EQ(client.buffered_reports(), 5u);
-  ::testing::Mock::VerifyAndClearExpectations(stub.get());
 
-  const std::thread::id caller = std::this_thread::get_id();
-  std::atomic<int> sent_by_caller{0}, sent_by_client{0};
-  EXPECT_CALL(*stub, ReportOutcome(_, _, _))
-      .WillRepeatedly(Invoke([&](grpc::ClientContext*, const v1::ReportOutcomeRequest& req,
-                                 v1::ReportOutcomeResponse* resp) {
-        (std::this_thread::get_id() == caller ? sent_by_caller : sent_by_client) += std::max<uint32_t>(req.count(), 1);
-        *resp = Verdict(v1::VERDICT_DONE);
-        return grpc::Status::OK;
-      }));
-  EXPECT_CALL(*stub, PickTarget(_, _, _)).WillRepeatedly(DoAll(SetArgPointee<2>(Plan({"a"})), Return(grpc::Status::OK)));
+  up = true;
   now = now.load() + absl::Seconds(1);  // the backoff is over
   EXPECT_TRUE(client.Run("ch", [](const v1::Attempt&) { return Ok(); }).ok);
   // Delivery is asynchronous: wait (with a deadline) for all five to arrive.

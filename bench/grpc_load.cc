@@ -44,6 +44,13 @@ using failover::bench::Totals;
 using failover::bench::World;
 using Clock = std::chrono::steady_clock;
 
+// Decision pairs' latencies (us) by their first report: a failed one takes
+// the trip path (its answer may wait for a save), a succeeded one does not.
+struct ByFirstReport {
+  std::vector<double> failed;
+  std::vector<double> succeeded;
+};
+
 struct Options {
   double seconds = 5;       // per round and mode
   int rounds = 3;           // baseline and decision alternate this many times
@@ -73,10 +80,8 @@ class Load {
   }
 
   // Runs `mode` for `seconds` on every thread; appends to `totals` unless
-  // warming up, and the decision pairs whose first report failed (the trip
-  // path) also to `failed_first`, the others to `succeeded_first`.
-  void Run(Mode mode, double seconds, pid_t server, Totals* totals, std::vector<double>* failed_first = nullptr,
-           std::vector<double>* succeeded_first = nullptr) {
+  // warming up, and each decision pair's latency also to `by_first` when given.
+  void Run(Mode mode, double seconds, pid_t server, Totals* totals, ByFirstReport* by_first = nullptr) {
     std::atomic<bool> stop{false};
     std::vector<std::vector<double>> latencies(options_.threads);
     std::vector<std::vector<bool>> first_failed(options_.threads);
@@ -103,9 +108,9 @@ class Load {
     totals->server_cpu_seconds += failover::bench::CpuSeconds(server) - cpu_before;
     for (int t = 0; t < options_.threads; ++t) {
       totals->latencies_us.insert(totals->latencies_us.end(), latencies[t].begin(), latencies[t].end());
-      if (failed_first != nullptr && succeeded_first != nullptr) {
+      if (by_first != nullptr) {
         for (size_t i = 0; i < first_failed[t].size(); ++i) {
-          (first_failed[t][i] ? failed_first : succeeded_first)->push_back(latencies[t][i]);
+          (first_failed[t][i] ? by_first->failed : by_first->succeeded).push_back(latencies[t][i]);
         }
       }
       totals->errors += errors[t];
@@ -284,10 +289,10 @@ int main(int argc, char** argv) {
   load.Run(Mode::kDecision, 1, proc.pid(), nullptr);
   const uint64_t events_before = LastSequence(proc);
   Totals baseline, decision;
-  std::vector<double> failed_first, succeeded_first;
+  ByFirstReport by_first;
   for (int round = 0; round < options.rounds; ++round) {
     baseline_load.Run(Mode::kBaseline, options.seconds, baseline_proc.pid(), &baseline);
-    load.Run(Mode::kDecision, options.seconds, proc.pid(), &decision, &failed_first, &succeeded_first);
+    load.Run(Mode::kDecision, options.seconds, proc.pid(), &decision, &by_first);
   }
   const uint64_t events = LastSequence(proc) - events_before;
 
@@ -311,11 +316,11 @@ int main(int argc, char** argv) {
   std::printf("p99.9 ratio (decision / baseline):      %.2f\n",
               Percentile(decision.latencies_us, 0.999) / Percentile(baseline.latencies_us, 0.999));
   // Where the tail is: the trip path (a failed first report) or every pair.
-  if (!failed_first.empty() && !succeeded_first.empty()) {
+  if (!by_first.failed.empty() && !by_first.succeeded.empty()) {
     std::printf("decision pairs whose first report failed: %zu, p50 %.0f us, p99 %.0f us; "
                 "the others: p50 %.0f us, p99 %.0f us\n",
-                failed_first.size(), Percentile(failed_first, 0.5), Percentile(failed_first, 0.99),
-                Percentile(succeeded_first, 0.5), Percentile(succeeded_first, 0.99));
+                by_first.failed.size(), Percentile(by_first.failed, 0.5), Percentile(by_first.failed, 0.99),
+                Percentile(by_first.succeeded, 0.5), Percentile(by_first.succeeded, 0.99));
   }
   std::printf("decision loops that took TRY_NEXT (one more ReportOutcome each, included in the CPU column): %ld\n"
               "events written (trips, switches, recoveries): %llu\n",

@@ -53,19 +53,19 @@ void Replica::Prepare(uint64_t restored_index, Committer* committer, api::Change
   cursor_.Start(restored_index);
   // Catch up before serving, so a replica that was away starts from what the
   // cluster decided meanwhile; without etcd it serves its own copy.
-  const absl::Time give_up = absl::Now() + catch_up;
+  const absl::Time give_up = Now() + catch_up;
   for (;;) {
     int64_t revision = 0;
     const absl::Status caught_up = CatchUp(&revision);
     if (caught_up.ok()) break;
     NoteEtcd(caught_up);
-    if (absl::Now() >= give_up) {
+    if (Now() >= give_up) {
       log::Warn(absl::StrCat("cannot read the change log from etcd yet, serving the local copy meanwhile: ",
                              caught_up.message()),
                 {{"applied_index", cursor_.applied()}});
       break;
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    if (!SleepFor(absl::Milliseconds(200))) break;
   }
 }
 
@@ -76,11 +76,11 @@ void Replica::Run(std::string advertise, std::string peer_token, std::function<v
   log::Info("cluster replica running", {{"prefix", keys_.prefix()},
                                         {"advertise", advertise_},
                                         {"applied_index", cursor_.applied()}});
-  log_thread_ = std::thread([this] { RunLog(); });
-  session_thread_ = std::thread([this] { RunSession(); });
-  relay_thread_ = std::thread([this] { RunRelay(); });
+  log_thread_ = StartThread(options_.pacer, [this] { RunLog(); });
+  session_thread_ = StartThread(options_.pacer, [this] { RunSession(); });
+  relay_thread_ = StartThread(options_.pacer, [this] { RunRelay(); });
   engine_->LeaseRpm(true);
-  rpm_thread_ = std::thread([this] { RunRpmLeases(); });
+  rpm_thread_ = StartThread(options_.pacer, [this] { RunRpmLeases(); });
 }
 
 void Replica::Stop() {
@@ -88,13 +88,12 @@ void Replica::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (watch_) watch_->Cancel();
-    changed_.notify_all();
-    relay_ready_.notify_all();
+    changed_.NotifyAll();
+    relay_ready_.NotifyAll();
   }
-  if (log_thread_.joinable()) log_thread_.join();
-  if (session_thread_.joinable()) session_thread_.join();
-  if (relay_thread_.joinable()) relay_thread_.join();
-  if (rpm_thread_.joinable()) rpm_thread_.join();
+  for (std::thread* thread : {&log_thread_, &session_thread_, &relay_thread_, &rpm_thread_}) {
+    JoinThread(options_.pacer, *thread);
+  }
   cursor_.Depose();
   if (leader_.exchange(false)) engine_->SetAcceptingChanges(false, "failoverd is shutting down");
   // Resign at once, so another replica takes over without waiting out the lease.
@@ -104,7 +103,7 @@ void Replica::Stop() {
 
 bool Replica::SleepFor(absl::Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait_for(lock, absl::ToChronoNanoseconds(d), [&] { return stopping_.load(); });
+  changed_.WaitFor(lock, d, [&] { return stopping_.load(); });
   return !stopping_.load();
 }
 
@@ -113,7 +112,7 @@ bool Replica::SleepFor(absl::Duration d) {
 void Replica::NoteEtcd(const absl::Status& status) {
   std::lock_guard<std::mutex> lock(mu_);
   etcd_error_ = status.ok() ? "" : std::string(status.message());
-  if (status.ok()) etcd_answered_ = std::chrono::steady_clock::now();
+  if (status.ok()) etcd_answered_ = Now();
 }
 
 void Replica::Describe(failover::v1::ClusterStatus* out) const {
@@ -174,7 +173,7 @@ std::vector<prometheus::MetricFamily> Replica::CollectMetrics() const {
 
 bool Replica::WaitApplied(uint64_t index, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return changed_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return cursor_.applied() >= index; });
+  return changed_.WaitFor(lock, timeout, [&] { return cursor_.applied() >= index; });
 }
 
 }  // namespace failover::cluster

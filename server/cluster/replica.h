@@ -39,6 +39,7 @@
 #include "absl/time/time.h"
 #include "common/change.h"
 #include "common/clock.h"
+#include "common/pacer.h"
 #include "prometheus/collectable.h"
 #include "server/api/change_feed.h"
 #include "server/api/leader_link.h"
@@ -69,6 +70,9 @@ struct ReplicaOptions {
   size_t relay_limit = 100000;
   // What this replica's card under <prefix>/replicas/ says it runs.
   std::string version;
+  // Where the replica's threads run, wait and read the time (the cluster
+  // simulator's; failoverd passes none).
+  Pacer* pacer = nullptr;
 };
 
 class Replica final : public api::LeaderLink {
@@ -172,6 +176,7 @@ class Replica final : public api::LeaderLink {
   void SetLeaderAddress(std::string address);
   std::shared_ptr<grpc::Channel> LeaderChannel(std::string* address) const;
   bool SleepFor(absl::Duration d);  // false: stopping
+  absl::Time Now() const { return PacedNow(options_.pacer); }  // for spans and deadlines
 
   const ReplicaOptions options_;
   const Keys keys_;
@@ -200,12 +205,12 @@ class Replica final : public api::LeaderLink {
   std::atomic<uint64_t> leader_changes_{0};
 
   mutable std::mutex mu_;  // guards what follows
-  std::condition_variable changed_;      // applied entries, leadership, stopping
-  std::condition_variable relay_ready_;  // outcomes queued for the leader
+  PacedCondition changed_{options_.pacer};      // applied entries, leadership, stopping
+  PacedCondition relay_ready_{options_.pacer};  // outcomes queued for the leader
   std::string leader_address_;
   std::string etcd_error_;
   std::string log_error_;  // why the log is stuck at cursor_.stuck(), naming it; empty while it applies
-  std::chrono::steady_clock::time_point etcd_answered_ = std::chrono::steady_clock::now();
+  absl::Time etcd_answered_ = Now();
   std::shared_ptr<Etcd::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;
   std::vector<ReplicaCard> replicas_;  // every replica's card, as last read
@@ -231,7 +236,7 @@ class Replica final : public api::LeaderLink {
   // The relay thread's: a leader that answered ReportOutcomes with
   // UNIMPLEMENTED, sent streams until then.
   std::string relay_streams_to_;
-  std::chrono::steady_clock::time_point relay_streams_until_;
+  absl::Time relay_streams_until_;
   mutable std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
 
   std::mutex rpm_mu_;

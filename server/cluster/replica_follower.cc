@@ -42,7 +42,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     cursor_.DeliveredThrough(*revision);
-    changed_.notify_all();
+    changed_.NotifyAll();
   }
   return absl::OkStatus();
 }
@@ -178,7 +178,7 @@ void Replica::RunLog() {
           if (gone) {
             std::lock_guard<std::mutex> lock(mu_);
             campaign_now_ = true;  // the leader resigned or its lease ran out: stand at once
-            changed_.notify_all();
+            changed_.NotifyAll();
           }
           continue;
         }
@@ -192,7 +192,7 @@ void Replica::RunLog() {
       if (!restart) {
         std::lock_guard<std::mutex> lock(mu_);
         cursor_.DeliveredThrough(response.header().revision());
-        changed_.notify_all();
+        changed_.NotifyAll();
       }
     }
     {

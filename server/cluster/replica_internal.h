@@ -7,7 +7,6 @@
 #pragma once
 
 #include <chrono>
-#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -21,7 +20,7 @@ constexpr size_t kRelayBatch = 1000;
 constexpr size_t kRelayMinBatch = 16;
 constexpr absl::Duration kRelayGather = absl::Milliseconds(10);
 // How long a leader that refused ReportOutcomes is sent streams before it is asked again.
-constexpr auto kAskForBatchesAgain = std::chrono::minutes(1);
+constexpr absl::Duration kAskForBatchesAgain = absl::Minutes(1);
 constexpr uint32_t kMaxCount = 5000;  // under ReportOutcomeRequest.count's limit of 10,000
 
 // The transaction succeeds only while `key` is the one created at `revision`:

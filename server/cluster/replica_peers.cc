@@ -43,8 +43,7 @@ grpc::Status Replica::Forward(const std::string& method, const grpc::ServerConte
     // not show the change it asked for: it refuses, as the leader would. One
     // failed call that the next endpoint answered is not that.
     std::lock_guard<std::mutex> lock(mu_);
-    const auto silent = std::chrono::steady_clock::now() - etcd_answered_;
-    if (!etcd_error_.empty() && silent > absl::ToChronoNanoseconds(options_.lease)) {
+    if (!etcd_error_.empty() && Now() - etcd_answered_ > options_.lease) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat("this replica cannot reach etcd, so it makes no changes until it can: ",
                                        etcd_error_));
@@ -122,20 +121,20 @@ void Replica::Relay(failover::v1::ReportOutcomeRequest report) {
   std::lock_guard<std::mutex> lock(mu_);
   if (relay_.size() >= options_.relay_limit) DropOldestRelayedLocked();
   relay_.push_back(Relayed{std::move(report), nullptr});
-  if (relay_.size() == 1) relay_ready_.notify_one();
+  if (relay_.size() == 1) relay_ready_.NotifyOne();
 }
 
 void Replica::RelayAndWait(failover::v1::ReportOutcomeRequest report, absl::Duration timeout) {
   if (!leader_reachable_.load()) return Relay(std::move(report));  // fail-static: no waiting on a lost leader
-  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+  const absl::Time deadline = Now() + timeout;
   auto acked = std::make_shared<Acked>();
   std::unique_lock<std::mutex> lock(mu_);
   if (relay_.size() >= options_.relay_limit) DropOldestRelayedLocked();
   relay_.push_back(Relayed{std::move(report), acked});
   ++relay_waited_;
-  relay_ready_.notify_one();
-  if (!changed_.wait_until(lock, deadline, [&] { return acked->done || stopping_.load(); })) return;
-  changed_.wait_until(lock, deadline, [&] { return cursor_.applied() >= acked->log_index || stopping_.load(); });
+  relay_ready_.NotifyOne();
+  if (!changed_.WaitUntil(lock, deadline, [&] { return acked->done || stopping_.load(); })) return;
+  changed_.WaitUntil(lock, deadline, [&] { return cursor_.applied() >= acked->log_index || stopping_.load(); });
 }
 
 void Replica::StampRelayed(failover::v1::ReportOutcomeRequest* report) {
@@ -150,7 +149,7 @@ grpc::Status Replica::SendToLeader(const std::shared_ptr<grpc::Channel>& channel
   auto stub = failover::v1::DecisionService::NewStub(channel);
   // One message for the batch: a stream would cost a write and a read a report
   // on both sides.
-  const auto now = std::chrono::steady_clock::now();
+  const absl::Time now = Now();
   if (address != relay_streams_to_ || now >= relay_streams_until_) {
     grpc::ClientContext context;
     PrepareLeaderCall(&context);
@@ -181,11 +180,11 @@ void Replica::RunRelay() {
     std::vector<std::shared_ptr<Acked>> acked;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      relay_ready_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
+      relay_ready_.WaitFor(lock, absl::Milliseconds(200), [&] { return stopping_.load() || !relay_.empty(); });
       // Background successes wait a moment for company (a call per outcome
       // would cost more than the outcome); one that is waited for goes at once.
-      relay_ready_.wait_for(lock, absl::ToChronoNanoseconds(kRelayGather),
-                            [&] { return stopping_.load() || relay_waited_ > 0 || relay_.size() >= relay_batch_; });
+      relay_ready_.WaitFor(lock, kRelayGather,
+                           [&] { return stopping_.load() || relay_waited_ > 0 || relay_.size() >= relay_batch_; });
       // Background successes (ones that change nothing at the leader) on the
       // same target and chain travel as one report with a count; never across
       // an outcome that is waited for, so the order that matters is kept.
@@ -228,7 +227,7 @@ void Replica::RunRelay() {
           waiting->done = true;
           waiting->log_index = summary.cluster_log_index();
         }
-        changed_.notify_all();
+        changed_.NotifyAll();
       }
     }
     leader_reachable_ = sent.ok();

@@ -27,7 +27,7 @@ void Replica::RunSession() {
         continue;
       }
       lease_ = *granted;
-      renewed = absl::Now();
+      renewed = Now();
     }
     if (!IsLeader() && !reset_wanted_.load() && writes_ok_.load()) {
       // Stand: create the leader key, on this replica's lease, if nobody holds it.
@@ -79,21 +79,21 @@ void Replica::RunSession() {
     ListReplicas();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, absl::ToChronoNanoseconds(renew_every),
-                        [&] { return stopping_.load() || (campaign_now_ && !leader_.load()); });
+      changed_.WaitFor(lock, renew_every,
+                       [&] { return stopping_.load() || (campaign_now_ && !leader_.load()); });
       campaign_now_ = false;
     }
     if (stopping_.load()) break;
     absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_.load());
     if (ttl.ok() && *ttl > 0) {
-      renewed = absl::Now();
+      renewed = Now();
       NoteEtcd(absl::OkStatus());
     } else if (ttl.ok()) {
       lease_ = 0;
       StepDown("its etcd lease expired");
     } else {
       NoteEtcd(ttl.status());
-      if (absl::Now() - renewed >= options_.lease) {
+      if (Now() - renewed >= options_.lease) {
         lease_ = 0;
         StepDown(absl::StrCat("its etcd lease could not be renewed: ", ttl.status().message()));
       }
@@ -140,18 +140,18 @@ void Replica::ListReplicas() {
 bool Replica::AwaitLogAt(int64_t term) {
   // Up to a lease, renewing it every third of one: the wait must not cost the
   // lease the new key is on (a stuck entry makes this wait twice).
-  const absl::Time give_up = absl::Now() + options_.lease;
+  const absl::Time give_up = Now() + options_.lease;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const absl::Duration slice = std::min(options_.lease / 3, std::max(give_up - absl::Now(), absl::ZeroDuration()));
-      if (changed_.wait_for(lock, absl::ToChronoNanoseconds(slice), [&] {
+      const absl::Duration slice = std::min(options_.lease / 3, std::max(give_up - Now(), absl::ZeroDuration()));
+      if (changed_.WaitFor(lock, slice, [&] {
             return stopping_.load() || (cursor_.applied_revision() >= term && !reset_wanted_.load());
           })) {
         return !stopping_.load();
       }
     }
-    if (absl::Now() >= give_up) return false;
+    if (Now() >= give_up) return false;
     const absl::StatusOr<int64_t> ttl = etcd_->KeepAlive(lease_.load());
     if (ttl.ok() && *ttl <= 0) return false;  // the lease, and the key on it, are gone
   }
@@ -225,7 +225,7 @@ void Replica::StepDown(const std::string& why) {
   reset_wanted_ = true;
   std::lock_guard<std::mutex> lock(mu_);
   if (watch_) watch_->Cancel();
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 }  // namespace failover::cluster

@@ -51,13 +51,16 @@ uint64_t Committer::LastTicket() {
 }
 
 Committer::Committer(WriteFn write, PublishFn publish, HealthFn on_health, absl::Duration retry_interval,
-                     Mode mode)
+                     Mode mode, Pacer* pacer)
     : write_(std::move(write)),
       publish_(std::move(publish)),
       on_health_(std::move(on_health)),
       retry_interval_(retry_interval),
-      mode_(mode) {
-  if (mode_ == Mode::kThread) thread_ = std::thread([this] { Run(); });
+      work_(pacer),
+      done_(pacer),
+      mode_(mode),
+      pacer_(pacer) {
+  if (mode_ == Mode::kThread) thread_ = StartThread(pacer_, [this] { Run(); });
 }
 
 Committer::~Committer() { Stop(); }
@@ -74,7 +77,7 @@ uint64_t Committer::Submit(Change change) {
       queue_.emplace_back(ticket, std::move(change));
     }
   }
-  work_.notify_one();
+  work_.NotifyOne();
   for (Scope* s = current_scope; s != nullptr; s = s->outer_) {
     if (s->committer_ == this) {
       s->last_ = ticket;
@@ -104,7 +107,7 @@ bool Committer::Step() {
 absl::Status Committer::Await(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   DriveLocked(lock, [&] { return SettledLocked(ticket); });
-  done_.wait(lock, [&] { return SettledLocked(ticket); });
+  done_.Wait(lock, [&] { return SettledLocked(ticket); });
   return StatusOfLocked(ticket);
 }
 
@@ -148,7 +151,7 @@ void Committer::AwaitPublished(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t target = next_ticket_ - 1;
   DriveLocked(lock, [&] { return published_ >= target || failed_up_to_ >= target; });
-  done_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+  done_.WaitFor(lock, timeout,
                  [&] { return published_ >= target || failed_up_to_ >= target; });
 }
 
@@ -156,7 +159,7 @@ bool Committer::AwaitIdle(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   DriveLocked(lock, [&] { return queue_.empty(); });
   if (mode_ == Mode::kCallerDriven) return queue_.empty();
-  return done_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return queue_.empty(); });
+  return done_.WaitFor(lock, timeout, [&] { return queue_.empty(); });
 }
 
 void Committer::Stop() {
@@ -166,8 +169,8 @@ void Committer::Stop() {
     stopping_ = true;
   }
   if (mode_ == Mode::kThread) {
-    work_.notify_one();
-    thread_.join();
+    work_.NotifyOne();
+    JoinThread(pacer_, thread_);
     return;
   }
   // One last try, as the thread would make.
@@ -176,7 +179,7 @@ void Committer::Stop() {
   stopped_ = true;
   failed_up_to_ = next_ticket_ - 1;
   if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
-  done_.notify_all();
+  done_.NotifyAll();
   RunSettledLocked(lock);
 }
 
@@ -184,9 +187,9 @@ void Committer::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (failing_ && !stopping_) {
-      work_.wait_for(lock, absl::ToChronoNanoseconds(retry_interval_), [&] { return stopping_; });
+      work_.WaitFor(lock, retry_interval_, [&] { return stopping_; });
     } else {
-      work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      work_.Wait(lock, [&] { return stopping_ || !queue_.empty(); });
     }
     if (queue_.empty()) {
       if (stopping_) break;
@@ -200,7 +203,7 @@ void Committer::Run() {
   // What could not be written is lost with the process, as its callers were told.
   failed_up_to_ = next_ticket_ - 1;
   if (failure_.ok()) failure_ = absl::UnavailableError("failoverd is shutting down; the change was not saved");
-  done_.notify_all();
+  done_.NotifyAll();
   RunSettledLocked(lock);
 }
 
@@ -224,14 +227,14 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
     // metrics and the log get them next, in order, off the callers' path.
     lock.lock();
     durable_ = last;
-    done_.notify_all();
+    done_.NotifyAll();
     RunSettledLocked(lock);
     lock.unlock();
     for (size_t i = 0; i < count; ++i) publish_(*batch[i]);
     lock.lock();
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
     published_ = last;
-    done_.notify_all();
+    done_.NotifyAll();
   } else if (IsDropped(written)) {
     // Never to be written: dropped, not retried. A first part the write did
     // save is durable (and published by whoever brings it back).
@@ -255,7 +258,7 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
       dropped_.pop_front();
     }
     published_ = last;
-    done_.notify_all();
+    done_.NotifyAll();
     RunSettledLocked(lock);
   } else {
     if (!failing_) on_health_(written);
@@ -266,7 +269,7 @@ void Committer::WriteQueuedLocked(std::unique_lock<std::mutex>& lock) {
         "; failoverd keeps the change in memory, saves it as soon as the data dir takes writes again (it is "
         "lost if failoverd stops first), and refuses further changes until then"));
     failed_up_to_ = next_ticket_ - 1;
-    done_.notify_all();
+    done_.NotifyAll();
     RunSettledLocked(lock);
   }
 }

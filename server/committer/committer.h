@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/change.h"
+#include "common/pacer.h"
 
 namespace failover {
 
@@ -55,8 +56,9 @@ class Committer {
   // (tests/sim) runs the real committer single-threaded and deterministically.
   // A kCallerDriven committer is for one thread only.
   enum class Mode { kThread, kCallerDriven };
+  // `pacer` (kThread): where the thread runs and waits (a simulation's; none in failoverd).
   Committer(WriteFn write, PublishFn publish, HealthFn on_health,
-            absl::Duration retry_interval = absl::Seconds(1), Mode mode = Mode::kThread);
+            absl::Duration retry_interval = absl::Seconds(1), Mode mode = Mode::kThread, Pacer* pacer = nullptr);
   // Stops (see Stop).
   ~Committer();
   Committer(const Committer&) = delete;
@@ -139,8 +141,8 @@ class Committer {
   const absl::Duration retry_interval_;
 
   std::mutex mu_;
-  std::condition_variable work_;  // the thread waits for Changes
-  std::condition_variable done_;  // Await waits for tickets
+  PacedCondition work_;  // the thread waits for Changes
+  PacedCondition done_;  // Await waits for tickets
   std::deque<std::pair<uint64_t, Change>> queue_;
   std::multimap<uint64_t, Then> then_;  // AwaitThen callbacks by ticket
   uint64_t next_ticket_ = 1;
@@ -152,6 +154,7 @@ class Committer {
   bool stopped_ = false;
   bool failing_ = false;  // the last write failed; retried after retry_interval_
   const Mode mode_;
+  Pacer* const pacer_;
   // Tickets dropped (Dropped), the latest kDroppedKept ranges (adjacent ones
   // with the same error merged), so a later durable write does not make them
   // look written. Up to forgotten_through_ a ticket's fate may be forgotten:

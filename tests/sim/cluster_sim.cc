@@ -6,8 +6,9 @@
 // replica leads by then; some sent twice at once), and faults: a replica cut
 // off from etcd, answers lost, garbage written at the next log entry, a leader
 // key written over on no lease or by an impostor on a lease of its own, etcd
-// compacted, a data dir that refuses writes, a replica
-// restarted from its data dir. After every step, and once the faults heal:
+// compacted, a data dir that refuses writes, a replica paused (its threads
+// get no turn for up to three leases), a replica restarted from its data dir.
+// After every step, and once the faults heal:
 //   3 one history: each replica publishes event sequences that only rise, and
 //     every replica names the same event with the same sequence;
 //   4 no replica leads on a key that is not its own: while an impostor holds
@@ -16,12 +17,14 @@
 //   7 the cluster agrees: once healed and quiet there is one leader, every
 //     replica has applied the whole log, and every replica's state is the
 //     leader's, field for field; and the cluster still takes a change.
-// The replicas run on their own threads on the real clock (leases of a
-// second), so a seed replays its schedule, not its interleaving: a failure
-// prints the seed and the step, and the run is worth repeating.
+// The replicas' threads and this one take turns, one at a time, on a
+// simulated clock (tests/sim/sim_pacer.h): the seed draws the schedule and
+// the interleaving both, so a failure replays from its seed, and leases of a
+// second cost no second of real time. --replay runs each seed twice and fails
+// when the second run takes different turns.
 //
 //   cluster_sim --seed N [--steps K] [-v]
-//   cluster_sim --seeds A-B [--steps K]
+//   cluster_sim --seeds A-B [--steps K] [--replay]
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -52,11 +55,20 @@ namespace {
 class ClusterSim {
  public:
   ClusterSim(uint64_t seed, int steps, bool verbose)
-      : seed_(seed), steps_(steps), verbose_(verbose), rng_(seed), etcd_(&clock_), keys_(kPrefix),
-        admin_(etcd_.Connect()) {
+      : seed_(seed), steps_(steps), verbose_(verbose), rng_(seed), pacer_(&clock_, rng_.Next()),
+        etcd_(&clock_, &pacer_), keys_(kPrefix), admin_(etcd_.Connect()) {
+    pacer_.Adopt();  // this thread takes turns with the replicas'
     const int n = 2 + static_cast<int>(rng_.Below(4));  // two to five replicas
-    for (int i = 0; i < n; ++i) replicas_.push_back(std::make_unique<SimReplica>(i, &etcd_, &clock_, &history_));
+    for (int i = 0; i < n; ++i) {
+      replicas_.push_back(std::make_unique<SimReplica>(i, &etcd_, &clock_, &history_, &pacer_));
+    }
   }
+
+  // Simulated time since the start, turns the replicas' threads and this
+  // one took, and a digest of them: equal for two runs of one seed.
+  absl::Duration simulated() const { return clock_.Now() - started_; }
+  uint64_t turns() const { return pacer_.turns(); }
+  uint64_t digest() const { return pacer_.digest(); }
 
   // The failure, or "" when every invariant held.
   std::string Run() {
@@ -93,8 +105,8 @@ class ClusterSim {
   }
 
   bool AwaitLeader(absl::Duration timeout = absl::Seconds(15)) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (absl::Now() < give_up) {
+    const absl::Time give_up = pacer_.Now() + timeout;
+    while (pacer_.Now() < give_up) {
       if (SimReplica* leader = Leader()) {
         if (leader->engine().generation() != 0) return true;
         // The config, once: as the leader's config reloader would. (Until
@@ -102,7 +114,7 @@ class ClusterSim {
         Committer::Scope settled(leader->committer());
         if (leader->engine().Apply(Config(), ApplyOptions(), clock_.Now()).ok() && settled.Await().ok()) return true;
       }
-      absl::SleepFor(absl::Milliseconds(10));
+      pacer_.Sleep(absl::Milliseconds(10));
     }
     return false;
   }
@@ -121,15 +133,15 @@ class ClusterSim {
   // Waits (up to `timeout`) until every running replica that reaches etcd
   // has applied the whole log: the pace of the schedule.
   void Settle(absl::Duration timeout) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (absl::Now() < give_up) {
+    const absl::Time give_up = pacer_.Now() + timeout;
+    while (pacer_.Now() < give_up) {
       const uint64_t last = LastLogIndex();
       bool settled = true;
       for (size_t i = 0; i < replicas_.size(); ++i) {
         if (replicas_[i]->running() && !cut_[i] && replicas_[i]->applied() < last) settled = false;
       }
       if (settled) return;
-      absl::SleepFor(absl::Milliseconds(5));
+      pacer_.Sleep(absl::Milliseconds(5));
     }
   }
 
@@ -137,7 +149,16 @@ class ClusterSim {
     const size_t kind = rng_.Below(100);
     SimReplica& any = *replicas_[rng_.Below(replicas_.size())];
     const size_t i = static_cast<size_t>(any.id());
-    if (kind < 55) return Admin();
+    if (kind < 50) return Admin();
+    if (kind < 55) {
+      // A process stopped for a while (SIGSTOP, a long pause): the leader,
+      // more often than not, whose lease may run out meanwhile.
+      SimReplica* leader = Leader();
+      SimReplica& paused = leader != nullptr && rng_.Chance(0.6) ? *leader : any;
+      const absl::Duration d = absl::Milliseconds(100 + static_cast<int64_t>(rng_.Below(2900)));
+      Say(absl::StrCat("replica ", paused.id(), " paused for ", absl::FormatDuration(d)));
+      return pacer_.Pause(paused.id(), d);
+    }
     if (kind < 63) {
       if (!any.running()) return;
       cut_[i] = !cut_[i];
@@ -257,17 +278,17 @@ class ClusterSim {
   // notice and step down, not stay in office beside the impostor. "" once
   // none leads.
   std::string AwaitNoneLeads() {
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    const absl::Time give_up = pacer_.Now() + absl::Seconds(10);
     for (;;) {
       std::string leading;
       for (auto& r : replicas_) {
         if (r->leader()) absl::StrAppend(&leading, " ", r->id());
       }
       if (leading.empty()) return "";
-      if (absl::Now() >= give_up) {
+      if (pacer_.Now() >= give_up) {
         return absl::StrCat("replica(s)", leading, " still lead 10 s after an impostor took the leader key", Replicas());
       }
-      absl::SleepFor(absl::Milliseconds(10));
+      pacer_.Sleep(absl::Milliseconds(10));
     }
   }
 
@@ -285,16 +306,16 @@ class ClusterSim {
     if (std::string e = AwaitAgreement(); !e.empty()) return At(e);
     // Still deciding: a change the leader acknowledges is in the log, and on
     // every replica. (A leader deposed just now refuses it: ask the next.)
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    const absl::Time give_up = pacer_.Now() + absl::Seconds(30);
     std::string refused;
     bool enable = false;
     for (bool acknowledged = false; !acknowledged;) {
-      if (absl::Now() > give_up) {
+      if (pacer_.Now() > give_up) {
         return At(absl::StrCat("no leader acknowledged a change within 30 s of healing (", refused, ")", Replicas()));
       }
       SimReplica* leader = Leader();
       if (leader == nullptr) {
-        absl::SleepFor(absl::Milliseconds(10));
+        pacer_.Sleep(absl::Milliseconds(10));
         continue;
       }
       const uint64_t before = LastLogIndex();
@@ -309,7 +330,7 @@ class ClusterSim {
         if (made.ok() && settled.changed()) {
           Say(absl::StrCat("not acknowledged at replica ", leader->id(), ": ", awaited.ToString()));
         }
-        absl::SleepFor(absl::Milliseconds(10));
+        pacer_.Sleep(absl::Milliseconds(10));
       }
     }
     if (std::string e = AwaitAgreement(); !e.empty()) return At(e);
@@ -327,12 +348,12 @@ class ClusterSim {
   }
 
   std::string AwaitAgreement() {
-    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    const absl::Time give_up = pacer_.Now() + absl::Seconds(30);
     std::string why;
-    while (absl::Now() < give_up) {
+    while (pacer_.Now() < give_up) {
       why = Disagreement();
       if (why.empty()) return "";
-      absl::SleepFor(absl::Milliseconds(20));
+      pacer_.Sleep(absl::Milliseconds(20));
     }
     return absl::StrCat("no agreement within 30 s of healing: ", why, Replicas());
   }
@@ -353,7 +374,9 @@ class ClusterSim {
   const int steps_;
   const bool verbose_;
   Rng rng_;
-  RealClock clock_;
+  SimulatedClock clock_;
+  SimPacer pacer_;  // before the replicas, whose threads it runs, and after them
+  const absl::Time started_ = clock_.Now();
   MemEtcd etcd_;
   const cluster::Keys keys_;
   std::unique_ptr<MemEtcd::Client> admin_;  // an operator's etcdctl
@@ -367,11 +390,31 @@ class ClusterSim {
   int step_ = 0;
 };
 
+// One seed's run: its failure ("" when it held), the simulated time it took,
+// and its turns and their digest.
+struct SeedRun {
+  std::string error;
+  absl::Duration simulated;
+  uint64_t turns = 0;
+  uint64_t digest = 0;
+};
+
+SeedRun RunSeed(uint64_t seed, int steps, bool verbose) {
+  ClusterSim sim(seed, steps, verbose);
+  SeedRun run;
+  run.error = sim.Run();
+  run.simulated = sim.simulated();
+  run.turns = sim.turns();
+  run.digest = sim.digest();
+  return run;
+}
+
 int Main(int argc, char** argv) {
   uint64_t first = 1;
   uint64_t last = 1;
   int steps = 40;
   bool verbose = false;
+  bool replay = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-v") {
@@ -382,13 +425,15 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "cluster_sim: %s: not a seed or a range A-B\n", argv[i]);
         return 2;
       }
+    } else if (arg == "--replay") {
+      replay = true;
     } else if (arg == "--steps" && i + 1 < argc) {
       if (!absl::SimpleAtoi(argv[++i], &steps) || steps < 1) {
         std::fprintf(stderr, "cluster_sim: --steps %s: not a positive number\n", argv[i]);
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: cluster_sim --seed N | --seeds A-B [--steps K] [-v]\n");
+      std::fprintf(stderr, "usage: cluster_sim --seed N | --seeds A-B [--steps K] [--replay] [-v]\n");
       return 2;
     }
   }
@@ -397,14 +442,28 @@ int Main(int argc, char** argv) {
   int failed = 0;
   for (uint64_t seed = first; seed <= last; ++seed) {
     const absl::Time start = absl::Now();
-    const std::string error = ClusterSim(seed, steps, verbose).Run();
+    const SeedRun run = RunSeed(seed, steps, verbose);
+    std::string error = run.error;
+    if (error.empty() && replay) {
+      // The same seed again must take the same turns at the same times.
+      const SeedRun again = RunSeed(seed, steps, false);
+      if (!again.error.empty()) {
+        error = absl::StrCat("seed ", seed, " held, and failed when run again: ", again.error);
+      } else if (again.turns != run.turns || again.digest != run.digest) {
+        error = absl::StrCat("seed ", seed, " ran differently the second time: ", run.turns, " turns (digest ",
+                             absl::Hex(run.digest), "), then ", again.turns, " (digest ", absl::Hex(again.digest),
+                             ")");
+      }
+    }
     if (!error.empty()) {
       ++failed;
       std::fprintf(stderr, "cluster_sim: FAILED %s\n  again with: cluster_sim --seed %lu --steps %d -v\n",
                    error.c_str(), static_cast<unsigned long>(seed), steps);
     } else {
-      std::fprintf(stderr, "cluster_sim: seed %lu held (%s)\n", static_cast<unsigned long>(seed),
-                   absl::FormatDuration(absl::Now() - start).c_str());
+      std::fprintf(stderr, "cluster_sim: seed %lu held (%s simulated in %s, %lu turns, digest %016lx)\n",
+                   static_cast<unsigned long>(seed), absl::FormatDuration(run.simulated).c_str(),
+                   absl::FormatDuration(absl::Now() - start).c_str(), static_cast<unsigned long>(run.turns),
+                   static_cast<unsigned long>(run.digest));
     }
   }
   return failed == 0 ? 0 : 1;

@@ -64,7 +64,7 @@ absl::Status MemEtcd::Compact(int64_t revision) {
   }
   changes_.erase(changes_.begin(), std::find_if(changes_.begin(), changes_.end(),
                                                 [&](const Change& c) { return c.revision >= revision; }));
-  changed_.notify_all();
+  changed_.NotifyAll();
   return absl::OkStatus();
 }
 
@@ -260,7 +260,7 @@ absl::StatusOr<etcdpb::TxnResponse> MemEtcd::TxnLocked(const etcdpb::TxnRequest&
     if (op.has_response_put()) HeaderLocked(op.mutable_response_put()->mutable_header());
     if (op.has_response_delete_range()) HeaderLocked(op.mutable_response_delete_range()->mutable_header());
   }
-  if (wrote) changed_.notify_all();
+  if (wrote) changed_.NotifyAll();
   return response;
 }
 
@@ -273,7 +273,7 @@ void MemEtcd::RevokeLocked(int64_t lease) {
   for (const std::string& key : keys) DeleteLocked(key, "", false, &wrote);
   if (wrote) {
     ++revision_;
-    changed_.notify_all();
+    changed_.NotifyAll();
   }
 }
 
@@ -298,7 +298,7 @@ void MemEtcd::Client::SetReachable(bool reachable) {
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (reachable_ && !reachable) ++cuts_;
   reachable_ = reachable;
-  etcd_->changed_.notify_all();
+  etcd_->changed_.NotifyAll();
 }
 
 void MemEtcd::Client::LoseAnswers(int n) {
@@ -312,6 +312,7 @@ uint64_t MemEtcd::Client::errors() const {
 }
 
 absl::StatusOr<etcdpb::RangeResponse> MemEtcd::Client::Range(const etcdpb::RangeRequest& request) {
+  OnTheWay();
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (absl::Status s = ReachLocked("range"); !s.ok()) return s;
   if (absl::Status s = etcd_->CheckRevisionLocked(request.revision()); !s.ok()) return s;
@@ -319,6 +320,7 @@ absl::StatusOr<etcdpb::RangeResponse> MemEtcd::Client::Range(const etcdpb::Range
 }
 
 absl::StatusOr<etcdpb::TxnResponse> MemEtcd::Client::Txn(const etcdpb::TxnRequest& request) {
+  OnTheWay();
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (absl::Status s = ReachLocked("txn"); !s.ok()) return s;
   absl::StatusOr<etcdpb::TxnResponse> response = etcd_->TxnLocked(request);
@@ -344,6 +346,7 @@ absl::StatusOr<etcdpb::DeleteRangeResponse> MemEtcd::Client::DeleteRange(const e
 }
 
 absl::StatusOr<int64_t> MemEtcd::Client::Grant(absl::Duration ttl) {
+  OnTheWay();
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (absl::Status s = ReachLocked("lease grant"); !s.ok()) return s;
   const int64_t seconds = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(ttl))));
@@ -357,6 +360,7 @@ absl::StatusOr<int64_t> MemEtcd::Client::Grant(absl::Duration ttl) {
 }
 
 absl::StatusOr<int64_t> MemEtcd::Client::KeepAlive(int64_t lease) {
+  OnTheWay();
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (absl::Status s = ReachLocked("lease keepalive"); !s.ok()) return s;
   const auto it = etcd_->leases_.find(lease);
@@ -368,6 +372,7 @@ absl::StatusOr<int64_t> MemEtcd::Client::KeepAlive(int64_t lease) {
 }
 
 void MemEtcd::Client::Revoke(int64_t lease) {
+  OnTheWay();
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   if (!ReachLocked("lease revoke").ok()) return;
   etcd_->RevokeLocked(lease);
@@ -375,6 +380,7 @@ void MemEtcd::Client::Revoke(int64_t lease) {
 
 absl::StatusOr<std::unique_ptr<cluster::Etcd::Watch>> MemEtcd::Client::StartWatch(
     const etcdpb::WatchCreateRequest& request) {
+  OnTheWay();
   {
     std::lock_guard<std::mutex> lock(etcd_->mu_);
     if (absl::Status s = ReachLocked("watch"); !s.ok()) return s;
@@ -428,11 +434,8 @@ bool MemEtcd::MemWatch::TakeLocked(etcdpb::WatchResponse* response) {
 
 bool MemEtcd::MemWatch::Next(etcdpb::WatchResponse* response) {
   std::unique_lock<std::mutex> lock(etcd_->mu_);
-  for (;;) {
-    if (!AliveLocked()) return false;
-    if (TakeLocked(response)) return true;
-    etcd_->changed_.wait(lock);
-  }
+  etcd_->changed_.Wait(lock, [&] { return !AliveLocked() || TakeLocked(response); });
+  return status_.ok();
 }
 
 bool MemEtcd::MemWatch::Ready() const {
@@ -449,7 +452,7 @@ bool MemEtcd::MemWatch::Ready() const {
 void MemEtcd::MemWatch::Cancel() {
   std::lock_guard<std::mutex> lock(etcd_->mu_);
   cancelled_ = true;
-  etcd_->changed_.notify_all();
+  etcd_->changed_.NotifyAll();
 }
 
 }  // namespace failover::sim

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/pacer.h"
 #include "server/cluster/etcd.h"
 
 namespace failover::sim {
@@ -35,7 +36,9 @@ class MemEtcd {
  public:
   class Client;
   class MemWatch;
-  explicit MemEtcd(const Clock* clock) : clock_(clock) {}
+  // `pacer`: where watches wait (a simulation that runs its threads by turns).
+  // Each call of a client's is then also a point where another thread may run first.
+  explicit MemEtcd(const Clock* clock, Pacer* pacer = nullptr) : clock_(clock), pacer_(pacer), changed_(pacer) {}
 
   // A connection of one replica's.
   std::unique_ptr<Client> Connect();
@@ -84,8 +87,9 @@ class MemEtcd {
   void HeaderLocked(etcdpb::ResponseHeader* header) const { header->set_revision(revision_); }
 
   const Clock* const clock_;
+  Pacer* const pacer_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // a write, a cut, a cancel: watches look again
+  PacedCondition changed_;  // a write, a cut, a cancel: watches look again
   int64_t revision_ = 1;             // etcd's first revision
   int64_t compacted_ = 0;
   int64_t next_lease_ = 0x1000;
@@ -146,6 +150,10 @@ class MemEtcd::Client final : public cluster::Etcd {
 
  private:
   friend class MemEtcd::MemWatch;
+  // Before a call (no lock held): the call is on its way, and others may go first.
+  void OnTheWay() {
+    if (etcd_->pacer_ != nullptr) etcd_->pacer_->Yield();
+  }
   // mu_ held: UNAVAILABLE while cut off.
   absl::Status ReachLocked(const char* what);
   // mu_ held, after a write: whether its answer is lost.

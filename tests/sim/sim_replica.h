@@ -25,6 +25,7 @@
 #include "server/engine/engine.h"
 #include "storage/state_mirror.h"
 #include "tests/sim/mem_etcd.h"
+#include "tests/sim/sim_pacer.h"
 
 namespace failover::sim {
 
@@ -114,8 +115,10 @@ class History {
 // One failoverd of the cluster, as server/daemon.cc wires one in cluster mode.
 class SimReplica {
  public:
-  SimReplica(int id, MemEtcd* etcd, const Clock* clock, History* history)
-      : id_(id), etcd_(etcd), clock_(clock), history_(history) {}
+  // `pacer`: the simulation's, which runs this replica's threads by turns
+  // (none: they run on their own, on `clock`, which is then the real one).
+  SimReplica(int id, MemEtcd* etcd, const Clock* clock, History* history, SimPacer* pacer = nullptr)
+      : id_(id), etcd_(etcd), clock_(clock), history_(history), pacer_(pacer) {}
   ~SimReplica() { Stop(); }
 
   void Start() {
@@ -130,6 +133,7 @@ class SimReplica {
     }
     engine_ = std::make_unique<Engine>();
     feed_ = std::make_unique<api::ChangeFeed>(state);
+    if (pacer_ != nullptr) pacer_->SetGroup(id_);  // the threads of this process
     committer_ = std::make_unique<Committer>(
         [this](const std::vector<const Change*>& changes) {
           return replica_->Write(changes, [this](const std::vector<const Change*>& written) {
@@ -147,7 +151,8 @@ class SimReplica {
           for (const Event& e : c.events) history_->Published(id_, life_, c.log_index, e);
           history_->Counted(id_, c);
         },
-        [this](const absl::Status& s) { replica_->OnWrites(s); });
+        [this](const absl::Status& s) { replica_->OnWrites(s); }, absl::Seconds(1), Committer::Mode::kThread,
+        pacer_);
     committer_->set_max_batch(64);
     engine_->SetChangeSink([this](Change&& c) {
       replica_->Stamp(&c);
@@ -159,6 +164,7 @@ class SimReplica {
     options.prefix = kPrefix;
     options.lease = absl::Seconds(1);
     options.log_keep = 16;  // snapshots and a trimmed log within a seed
+    options.pacer = pacer_;
     replica_ = std::make_unique<cluster::Replica>(std::move(options), std::move(client), engine_.get(), clock_);
     engine_->SetAcceptingChanges(false, "this replica is not the cluster's leader yet");
     replica_->SetCountedReportsHook(
@@ -170,6 +176,7 @@ class SimReplica {
     }
     replica_->Prepare(state.log_index, committer_.get(), feed_.get(), absl::Seconds(1));
     replica_->Run(absl::StrCat("replica-", id_, ":1"), "", nullptr);
+    if (pacer_ != nullptr) pacer_->SetGroup(-1);
   }
 
   // `between`, if given, runs once the replica has stopped and before its
@@ -228,6 +235,7 @@ class SimReplica {
   MemEtcd* const etcd_;
   const Clock* const clock_;
   History* const history_;
+  SimPacer* const pacer_;
   uint64_t life_ = 0;
   Disk disk_;
   std::unique_ptr<api::ReportIdWindow> report_ids_;

@@ -134,7 +134,11 @@ void SimPacer::Yield() {
   std::unique_lock<std::mutex> lock(mu_);
   auto* me = static_cast<Party*>(current_party);
   if (me == nullptr) return;  // a thread of no party's (a test's own, without turns)
-  WaitLocked(lock, nullptr, absl::InfinitePast());  // ready at once: drawn again with the others
+  // Most calls arrive at once (drawn again with the others); some take up to
+  // a third of a second, as over a busy network or to a slow etcd.
+  const absl::Time arrives =
+      rng_.Chance(0.8) ? absl::InfinitePast() : clock_->Now() + absl::Milliseconds(1 + rng_.Below(333));
+  WaitLocked(lock, nullptr, arrives);
 }
 
 absl::Time SimPacer::ReadyAtLocked(const Party& p) const {

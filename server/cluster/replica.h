@@ -148,13 +148,14 @@ class Replica final : public api::LeaderLink {
   void PrepareLeaderCall(grpc::ClientContext* context) const;
   // Applies what one range or watch brought. False: start over (a gap, a
   // conflict, a reset to do).
-  bool ApplyEntry(uint64_t index, const std::string& value);
+  bool ApplyEntry(uint64_t index, const mvccpb::KeyValue& kv);
   absl::Status CatchUp(int64_t* revision);
   // The leader key as the log thread read it (null: there is none). A leader
   // whose key is gone or another's steps down. False when the key is vacant.
   bool SawLeaderKey(const mvccpb::KeyValue* kv);
-  // The log is stuck at `index` (`why`), or has got past where it was stuck.
-  void NoteStuck(uint64_t index, const absl::Status& why);
+  // The log is stuck at `index` (the value written at etcd `revision`, `why`),
+  // or has got past where it was stuck.
+  void NoteStuck(uint64_t index, int64_t revision, const absl::Status& why);
   void NoteApplied();
   // Waits for the log up to this term's leader key to be applied.
   bool AwaitLogAt(int64_t term);
@@ -210,6 +211,7 @@ class Replica final : public api::LeaderLink {
   std::string leader_address_;
   std::string etcd_error_;
   std::string log_error_;  // why the log is stuck at cursor_.stuck(), naming it; empty while it applies
+  int64_t stuck_revision_ = 0;  // the etcd revision of the value it is stuck on
   absl::Time etcd_answered_ = Now();
   std::shared_ptr<Etcd::Watch> watch_;  // the log thread's, to cancel it
   bool campaign_now_ = false;

@@ -34,7 +34,7 @@ absl::Status Replica::CatchUp(int64_t* revision) {
     for (const auto& kv : entries->kvs()) {
       const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
       if (!index) continue;
-      if (!ApplyEntry(*index, kv.value())) return absl::AbortedError("log catch-up starts over");
+      if (!ApplyEntry(*index, kv)) return absl::AbortedError("log catch-up starts over");
     }
     if (!entries->more() || entries->kvs_size() == 0) break;
   }
@@ -62,7 +62,8 @@ bool Replica::SawLeaderKey(const mvccpb::KeyValue* kv) {
   return held;
 }
 
-bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
+bool Replica::ApplyEntry(uint64_t index, const mvccpb::KeyValue& kv) {
+  const std::string& value = kv.value();
   cursor_.Saw(index);
   switch (cursor_.PlaceOf(index)) {
     case LogCursor::Place::kHeld: return true;
@@ -91,7 +92,7 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
   if (!applied.ok()) {
     // Keep what is applied, say so, and try again until the entry is fixed or
     // replaced (or a snapshot passes it).
-    NoteStuck(index, applied);
+    NoteStuck(index, kv.mod_revision(), applied);
     SleepFor(absl::Seconds(1));
     return false;
   }
@@ -106,7 +107,7 @@ bool Replica::ApplyEntry(uint64_t index, const std::string& value) {
   return true;
 }
 
-void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
+void Replica::NoteStuck(uint64_t index, int64_t revision, const absl::Status& why) {
   const std::string error = absl::StrCat("cannot apply change log entry ", index, " (", cursor_.lag(),
                                          " entries behind the log): ", why.message());
   bool was_applying;
@@ -114,6 +115,7 @@ void Replica::NoteStuck(uint64_t index, const absl::Status& why) {
     std::lock_guard<std::mutex> lock(mu_);
     was_applying = log_error_.empty();
     log_error_ = error;
+    stuck_revision_ = revision;
   }
   cursor_.Stuck(index);
   if (was_applying) {
@@ -184,7 +186,7 @@ void Replica::RunLog() {
         }
         const std::optional<uint64_t> index = keys_.IndexOf(kv.key());
         if (!index || event.type() != mvccpb::Event::PUT) continue;
-        if (!ApplyEntry(*index, kv.value())) {
+        if (!ApplyEntry(*index, kv)) {
           restart = true;
           break;
         }

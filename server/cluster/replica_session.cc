@@ -161,25 +161,36 @@ bool Replica::OverwriteStuckEntry(int64_t term) {
   if (!cursor_.StuckOnNext()) return false;
   const uint64_t stuck = cursor_.stuck();
   std::string why;
+  int64_t revision = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     why = log_error_;
+    revision = stuck_revision_;
   }
   // Nobody applied it (this replica, the most up to date, could not), so the
   // cluster loses nothing it acted on; left there it would stop every election.
-  log::Error(absl::StrCat("elected, but ", why, "; overwriting the entry with an empty one so the cluster goes on"),
-             {{"index", stuck}, {"term", term}});
+  // Only the very value this replica could not apply is overwritten: one
+  // written there since (a late write of the leader that made the entry) may
+  // be applied elsewhere, and this replica will read it.
   Change empty;
   empty.log_index = stuck;
   empty.next_sequence = engine_->next_sequence();
   etcdpb::TxnRequest txn;
   RequireLeaderKey(&txn, keys_.Leader(), term, lease_.load());
+  etcdpb::Compare* same = txn.add_compare();
+  same->set_key(keys_.Log(stuck));
+  same->set_target(etcdpb::Compare::MOD);
+  same->set_result(etcdpb::Compare::EQUAL);
+  same->set_mod_revision(revision);
   etcdpb::PutRequest* put = txn.add_success()->mutable_request_put();
   put->set_key(keys_.Log(stuck));
   put->set_value(EncodeEntry(empty, term));
   absl::StatusOr<etcdpb::TxnResponse> written = etcd_->Txn(txn);
   if (!written.ok()) NoteEtcd(written.status());
-  return written.ok() && written->succeeded();
+  if (!written.ok() || !written->succeeded()) return false;
+  log::Error(absl::StrCat("elected, but ", why, "; overwrote the entry with an empty one so the cluster goes on"),
+             {{"index", stuck}, {"term", term}, {"revision", revision}});
+  return true;
 }
 
 void Replica::BecomeLeader(int64_t term) {

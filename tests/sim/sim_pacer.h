@@ -3,10 +3,11 @@
 // simulator's own (Adopt) and every thread the replicas, committers and their
 // watches start through the Pacer. Only the party holding the turn runs; it
 // hands the turn on where the real code waits (a condition variable, a sleep,
-// a join), and the next party is drawn from the ones that may run. When none
-// may, the clock jumps to the earliest deadline among the waiting. So a seed
-// replays its interleaving, not only its schedule, and a second of leases
-// costs no second of the machine's time.
+// a join) or calls etcd (Yield: the call may take a while), and the next party
+// is drawn from the ones that may run. When none may, the clock jumps to the
+// earliest deadline among the waiting. So a seed replays its interleaving,
+// not only its schedule, and a second of leases costs no second of the
+// machine's time.
 //
 // A party must hand the turn on only where it holds no lock other than the
 // one its wait lets go (the real code waits that way); a watchdog aborts, with

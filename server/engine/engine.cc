@@ -198,6 +198,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
     t.chains_count = 0;  // counted again as the chains below fill them in
   }
   snap->target_chains.resize(listed);
+  snap->chain_slots.reserve(listed_targets.size());  // reserved: the chains' views stay valid
   size_t next_listed = 0;
   for (std::shared_ptr<const ChainConfig>& config : chains) {
     const std::shared_ptr<const Policy>& policy = *policies.insert(config->policy.shared()).first;
@@ -225,11 +226,11 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
                      e.config->policy->latency_explore, e.config->policy->retry_budget_ratio,
                      e.config->policy->retry_budget_min_per_second, e.config->policy->hedge_after};
     const uint32_t chain_index = static_cast<uint32_t>(snap->chains.size());
-    e.slots.reserve(e.config->targets.size());
+    const size_t slots_begin = snap->chain_slots.size();
     for (size_t k = 0; k < e.config->targets.size(); ++k) {
       const uint32_t ti = listed_targets[next_listed++];
       TargetEntry& t = snap->targets[ti];
-      e.slots.push_back(ChainSlot{&t, t.config->limit_rpm, t.config->HasHealthCheck()});
+      snap->chain_slots.push_back(ChainSlot{&t, t.config->limit_rpm, t.config->HasHealthCheck()});
       snap->target_chains[t.chains_begin + t.chains_count++] = chain_index;
       // A target without settings of its own takes its chains', on which an
       // apply made them agree (CheckSharedHealth). State stored by an older
@@ -240,6 +241,7 @@ std::shared_ptr<Snapshot> Engine::BuildSnapshot(std::vector<std::shared_ptr<cons
         has_settings[ti] = true;
       }
     }
+    e.slots = absl::MakeConstSpan(snap->chain_slots).subspan(slots_begin);
     const ChainEntry* old = entries_before[chain_index];
     e.rt = old ? old->rt : std::make_shared<ChainRuntime>();
     snap->chains.push_back(std::move(e));  // reserved: entries stay where they are

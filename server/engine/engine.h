@@ -228,7 +228,9 @@ struct ChainHot {
 
 struct ChainEntry {
   ChainHot hot;
-  std::vector<ChainSlot> slots;  // the chain's targets in declared order, hot fields only
+  // The chain's targets in declared order, hot fields only: a view of
+  // Snapshot::chain_slots, so a snapshot's chains cost one allocation there.
+  absl::Span<const ChainSlot> slots;
   std::shared_ptr<ChainRuntime> rt;
   std::shared_ptr<const ChainConfig> config;  // shared as TargetEntry::config is
   // Compiled from the policy; chains whose policies classify alike share one.
@@ -254,6 +256,10 @@ struct Snapshot {
   // Every target's chains (indices into chains, in name order), one target's
   // after another: one array, where a vector per target cost 56 bytes.
   std::vector<uint32_t> target_chains;
+  // Every chain's slots, one chain's after another (ChainEntry::slots): one
+  // array, where a vector per chain cost an allocation per chain and each
+  // apply of a large config left thousands of holes in the heap.
+  std::vector<ChainSlot> chain_slots;
 
   const TargetEntry* FindTarget(absl::string_view name) const;
   const ChainEntry* FindChain(absl::string_view name) const;

@@ -202,7 +202,7 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   for (const TargetEntry& t : snap->targets) {
     absl::Time probed;
     {
-      std::lock_guard<std::mutex> lock(t.rt->mu);
+      std::lock_guard<SmallMutex> lock(t.rt->mu);
       probed = t.rt->occasional().last_probe;
     }
     if (probed != absl::InfinitePast()) {
@@ -219,7 +219,7 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   for (const ChainEntry& c : snap->chains) {
     ChainState state;
     {
-      std::lock_guard<std::mutex> lock(c.rt->mu);
+      std::lock_guard<SmallMutex> lock(c.rt->mu);
       state = c.rt->state;
     }
     for (int s = 0; s < kChainStates; ++s) {

@@ -27,7 +27,7 @@ absl::StatusOr<Events> Engine::Pin(absl::string_view chain_name, absl::string_vi
   }
   Events events;
   {
-    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    std::lock_guard<SmallMutex> lock(chain->rt->mu);
     // Refused first: while writes fail, "already applied" may be only in memory.
     RETURN_IF_ERROR(RefuseUnlessAccepting());
     if (chain->rt->pinned == target) return events;  // already applied: no second event
@@ -50,7 +50,7 @@ absl::StatusOr<Events> Engine::Unpin(absl::string_view chain_name, absl::Time no
   if (chain == nullptr) return NotFound("chain", chain_name);
   Events events;
   {
-    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    std::lock_guard<SmallMutex> lock(chain->rt->mu);
     RETURN_IF_ERROR(RefuseUnlessAccepting());
     if (chain->rt->pinned.empty()) return events;
     chain->rt->pinned.clear();
@@ -87,7 +87,7 @@ absl::StatusOr<Events> Engine::TriggerManualFailover(absl::string_view name, abs
   Events events;
   const std::string why = reason.empty() ? "manual failover" : std::string(reason);
   {
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     RETURN_IF_ERROR(RefuseUnlessAccepting());
     if (t->rt->manual) return events;  // already applied: no second event
     const HealthState before = t->rt->Effective();
@@ -114,7 +114,7 @@ absl::StatusOr<Events> Engine::CancelManualFailover(absl::string_view name, absl
   if (t == nullptr) return NotFound("target", name);
   Events events;
   {
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     RETURN_IF_ERROR(RefuseUnlessAccepting());
     if (!t->rt->manual) return events;
     const HealthState before = t->rt->Effective();

@@ -41,14 +41,14 @@ class Engine::ChangeWriter {
     for (const std::string& name : touched_targets_) {
       const TargetEntry* t = snap->FindTarget(name);
       if (t == nullptr) continue;  // deleted by this change
-      std::lock_guard<std::mutex> lock(t->rt->mu);
+      std::lock_guard<SmallMutex> lock(t->rt->mu);
       change_.targets.push_back(engine_.RecordOf(*t));
       t->rt->record_unsaved = false;
     }
     for (const std::string& name : touched_chains_) {
       const ChainEntry* c = snap->FindChain(name);
       if (c == nullptr) continue;
-      std::lock_guard<std::mutex> lock(c->rt->mu);
+      std::lock_guard<SmallMutex> lock(c->rt->mu);
       change_.chains.push_back(engine_.RecordOf(*c));
     }
     const bool empty = change_.events.empty() && change_.config_generation == 0 && change_.pins.empty() &&

@@ -202,7 +202,7 @@ absl::StatusOr<ApplyResult> Engine::Apply(const ConfigChange& change, const Appl
   for (const ChainConfig& requested : change.chains) {
     const ChainEntry* old = cur->FindChain(requested.name);
     if (old == nullptr) continue;
-    std::lock_guard<std::mutex> lock(old->rt->mu);
+    std::lock_guard<SmallMutex> lock(old->rt->mu);
     const std::string& pinned = old->rt->pinned;
     if (!pinned.empty() &&
         std::find(requested.targets.begin(), requested.targets.end(), pinned) == requested.targets.end()) {
@@ -325,7 +325,7 @@ absl::StatusOr<Events> Engine::Restore(RestoredState state, absl::Time now) {
   for (const TargetStateRecord& r : state.health) {
     const TargetEntry* t = next->FindTarget(r.name);
     if (t == nullptr) continue;
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     t->rt->health.Restore(r.automatic, r.since, r.trips, r.recovery_passes);
     if (r.automatic == HealthState::kDown) t->rt->health.MakeProbeDue(now);
     t->rt->source = r.source;
@@ -338,18 +338,18 @@ absl::StatusOr<Events> Engine::Restore(RestoredState state, absl::Time now) {
   for (const auto& [name, manual] : state.manual) {
     const TargetEntry* t = next->FindTarget(name);
     if (t == nullptr) continue;
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     t->rt->manual = true;
     t->rt->SetManual(manual.reason, manual.since);
   }
   for (const TargetEntry& t : next->targets) {
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     PublishLocked(t, t.rt->Effective(), t.rt->source, t.rt->reason, now, &ignored);
   }
   for (const ChainStateRecord& r : state.chain_states) {
     const ChainEntry* c = next->FindChain(r.name);
     if (c == nullptr || PositionIn(*c, *next, r.active) < 0) continue;
-    std::lock_guard<std::mutex> lock(c->rt->mu);
+    std::lock_guard<SmallMutex> lock(c->rt->mu);
     c->rt->initialized = true;
     c->rt->active = r.active;
     c->rt->state = r.state;
@@ -359,7 +359,7 @@ absl::StatusOr<Events> Engine::Restore(RestoredState state, absl::Time now) {
   for (const auto& [chain, target] : state.pins) {
     const ChainEntry* c = next->FindChain(chain);
     if (c == nullptr || PositionIn(*c, *next, target) < 0) continue;
-    std::lock_guard<std::mutex> lock(c->rt->mu);
+    std::lock_guard<SmallMutex> lock(c->rt->mu);
     c->rt->pinned = target;
   }
   {
@@ -374,7 +374,7 @@ absl::StatusOr<Events> Engine::Restore(RestoredState state, absl::Time now) {
   EvalContext ctx;
   ctx.reason = SwitchReason::kConfig;
   for (const ChainEntry& c : next->chains) {
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     if (!settle && c.rt->initialized) continue;
     EvaluateChainLocked(*next, c, now, ctx, settle ? w.events() : &ignored);
   }

@@ -263,7 +263,7 @@ void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* eve
     snapshot_ = next;
   }
   for (const TargetEntry& t : next->targets) {
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     // A check asked for under the old config (enabled, kind, ...) no longer
     // fits: its result will be ignored, and a new one may be handed out now.
     if (t.config_generation == next->generation) t.rt->VoidLease();
@@ -273,7 +273,7 @@ void Engine::Install(std::shared_ptr<Snapshot> next, absl::Time now, Events* eve
   EvalContext ctx;
   ctx.reason = SwitchReason::kConfig;
   for (const ChainEntry& c : next->chains) {
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     EvaluateChainLocked(*next, c, now, ctx, events);
   }
 }
@@ -322,7 +322,7 @@ Engine::ChainDecision Engine::DecideChainLocked(const Snapshot& snap, const Chai
   ChainDecision d;
   d.reason = ctx.reason;
   if (!rt.pinned.empty()) {
-    d.active = &rt.pinned;
+    d.active = &rt.pinned.str();
     d.state = ChainState::kPinned;
   } else if (first_usable < 0) {
     // Degraded: keep the active target; plans try everything in order.
@@ -381,7 +381,7 @@ void Engine::EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, a
                               const EvalContext& ctx, Events* events) {
   for (uint32_t ci : snap.ChainsOf(target)) {
     const ChainEntry& c = snap.chains[ci];
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     EvaluateChainLocked(snap, c, now, ctx, events);
   }
 }
@@ -389,7 +389,7 @@ void Engine::EvaluateChainsOf(const Snapshot& snap, const TargetEntry& target, a
 void Engine::ApplyTimePassed(const Snapshot& snap, const TargetEntry& t, absl::Time now, Events* events) {
   HealthTransition tr;
   {
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     const HealthState before = t.rt->Effective();
     if (!t.rt->health.OnTimePassed(*t.health, now, &tr)) return;
     PublishLocked(t, before, Source::kAuto, tr.reason, now, events);
@@ -409,7 +409,7 @@ void Engine::Tick(absl::Time now, Events* events) {
   for (const TargetEntry& t : snap->targets) due = due || ComesBackNow(t, now) || RecordUnsaved(t);
   for (const ChainEntry& c : snap->chains) {
     if (due) break;
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     due = DecideChainLocked(*snap, c, now, EvalContext{}).changes;
   }
   if (!due) return;
@@ -421,14 +421,14 @@ void Engine::Tick(absl::Time now, Events* events) {
     if (RecordUnsaved(t)) w.TouchTarget(t.config->name);
   }
   for (const ChainEntry& c : snap->chains) {
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     EvaluateChainLocked(*snap, c, now, EvalContext{}, w.events());
   }
   w.Finish(events);
 }
 
 bool Engine::RecordUnsaved(const TargetEntry& t) const {
-  std::lock_guard<std::mutex> lock(t.rt->mu);
+  std::lock_guard<SmallMutex> lock(t.rt->mu);
   return t.rt->record_unsaved;
 }
 
@@ -442,7 +442,7 @@ bool Engine::AllRecordsSaved() const {
 
 bool Engine::ComesBackNow(const TargetEntry& t, absl::Time now) const {
   if (t.health->has_health_check || t.rt->Effective() != HealthState::kDown) return false;
-  std::lock_guard<std::mutex> lock(t.rt->mu);
+  std::lock_guard<SmallMutex> lock(t.rt->mu);
   return t.rt->health.ComesBackAt(*t.health) <= now;
 }
 

@@ -39,6 +39,8 @@
 #include "common/compact_time.h"
 #include "server/engine/classify.h"
 #include "common/model.h"
+#include "common/rare_string.h"
+#include "common/small_mutex.h"
 #include "server/engine/retry_budget.h"
 #include "server/engine/traffic.h"
 #include "server/engine/target_health.h"
@@ -87,8 +89,8 @@ struct TargetRuntime {
   // -1 = not measured since the target was last usable.
   std::atomic<int64_t> latency_ns{-1};
 
-  std::mutex mu;
-  // The small fields together, so they share padding.
+  SmallMutex mu;
+  // The small fields together, so they share padding (and the lock's).
   bool lease_recovery = false;
   bool probe_now = false;
   bool manual = false;
@@ -99,7 +101,7 @@ struct TargetRuntime {
   Source source = Source::kAuto;
   TargetHealth health;
   std::string reason;
-  std::string last_error;
+  RareString last_error;
   CompactTime last_error_time;
   std::unique_ptr<TrafficRing> traffic;  // counted outcomes per minute, for views; made at the first
 
@@ -157,7 +159,7 @@ struct TargetRuntime {
 };
 
 struct ChainRuntime {
-  std::mutex mu;
+  SmallMutex mu;
   bool initialized = false;
   std::string active;
   // Position of `active` in the chain, valid for one config generation.
@@ -166,7 +168,7 @@ struct ChainRuntime {
   ChainState state = ChainState::kPrimary;
   CompactTime active_since;
   CompactTime last_switch;
-  std::string pinned;
+  RareString pinned;
   // A round_robin chain's rotation, made at its first pick (80 bytes that
   // chains of the other strategies do without).
   struct RoundRobin {

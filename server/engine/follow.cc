@@ -56,7 +56,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
       snapshot_ = next;
     }
     for (const TargetEntry& t : next->targets) {
-      std::lock_guard<std::mutex> lock(t.rt->mu);
+      std::lock_guard<SmallMutex> lock(t.rt->mu);
       if (t.config_generation == next->generation) t.rt->VoidLease();
     }
     snap = std::move(next);
@@ -64,7 +64,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   for (const ManualFailoverRecord& m : change.manual) {
     const TargetEntry* t = snap->FindTarget(m.target);
     if (t == nullptr) continue;
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     t->rt->manual = m.active;
     t->rt->SetManual(m.active ? m.reason : "", m.active ? m.since : absl::InfinitePast());
     t->rt->VoidLease();
@@ -72,7 +72,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   for (const TargetStateRecord& r : change.targets) {
     const TargetEntry* t = snap->FindTarget(r.name);
     if (t == nullptr) continue;
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     t->rt->health.Restore(r.automatic, r.since, r.trips, r.recovery_passes);
     t->rt->source = r.source;
     t->rt->reason = r.reason;
@@ -88,7 +88,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   Events ignored;  // the events were failoverd's; it numbered and published them
   auto publish = [&](const TargetEntry* t) {
     if (t == nullptr) return;
-    std::lock_guard<std::mutex> lock(t->rt->mu);
+    std::lock_guard<SmallMutex> lock(t->rt->mu);
     PublishLocked(*t, t->rt->Effective(), t->rt->source, t->rt->reason, now, &ignored);
   };
   if (config_changed) {
@@ -100,7 +100,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   for (const ChainStateRecord& r : change.chains) {
     const ChainEntry* c = snap->FindChain(r.name);
     if (c == nullptr || PositionIn(*c, *snap, r.active) < 0) continue;
-    std::lock_guard<std::mutex> lock(c->rt->mu);
+    std::lock_guard<SmallMutex> lock(c->rt->mu);
     c->rt->initialized = true;
     c->rt->active = r.active;
     c->rt->active_position_generation = 0;  // recompute on next use
@@ -111,7 +111,7 @@ absl::Status Engine::ApplyChange(const Change& change, absl::Time now) {
   for (const PinRecord& p : change.pins) {
     const ChainEntry* c = snap->FindChain(p.chain);
     if (c == nullptr) continue;
-    std::lock_guard<std::mutex> lock(c->rt->mu);
+    std::lock_guard<SmallMutex> lock(c->rt->mu);
     c->rt->pinned = p.target;
   }
   next_sequence_ = std::max(next_sequence_, change.next_sequence);
@@ -138,7 +138,7 @@ bool Engine::SuccessMayChangeState(absl::string_view target) const {
   if (t == nullptr) return false;
   const HealthSettings& h = *t->health;
   if (h.trip_failure_rate > 0 || h.slow_call_rate > 0 || h.slow_call_duration > absl::ZeroDuration()) return true;
-  std::lock_guard<std::mutex> lock(t->rt->mu);
+  std::lock_guard<SmallMutex> lock(t->rt->mu);
   return t->rt->health.state() != HealthState::kHealthy;
 }
 

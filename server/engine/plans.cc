@@ -146,14 +146,14 @@ absl::Status Engine::BuildAttemptsLocked(const Snapshot& snap, const ChainEntry&
   };
 
   if (!rt.pinned.empty()) {
-    const int p = PositionIn(chain, snap, rt.pinned);
-    if (p < 0) return absl::InternalError(absl::StrCat("pinned target \"", rt.pinned, "\" not in chain"));
+    const int p = PositionIn(chain, snap, rt.pinned.str());
+    if (p < 0) return absl::InternalError(absl::StrCat("pinned target \"", rt.pinned.str(), "\" not in chain"));
     if (!entry(p).config->enabled) {
-      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned,
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned.str(),
                                                  "\", which is disabled"));
     }
     if (exclude_mask & Bit(p)) {
-      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned,
+      return absl::UnavailableError(absl::StrCat("chain \"", chain.config->name, "\" is pinned to \"", rt.pinned.str(),
                                                  "\", which was already tried"));
     }
     push(p);
@@ -285,7 +285,7 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
   // and the plan under one hold.
   bool settle = false;
   for (const ChainSlot& slot : chain->slots) settle = settle || ComesBackNow(*slot.target, now);
-  std::unique_lock<std::mutex> chain_lock(chain->rt->mu, std::defer_lock);
+  std::unique_lock<SmallMutex> chain_lock(chain->rt->mu, std::defer_lock);
   if (!settle) {
     chain_lock.lock();
     settle = DecideChainLocked(*snap, *chain, now, EvalContext{}).changes;
@@ -300,14 +300,14 @@ absl::Status Engine::Pick(const PickRequest& req, absl::Time now, Plan* plan, Ev
       if (ComesBackNow(*slot.target, now)) ApplyTimePassed(*snap, *slot.target, now, w.events());
     }
     {
-      std::lock_guard<std::mutex> lock(chain->rt->mu);
+      std::lock_guard<SmallMutex> lock(chain->rt->mu);
       EvaluateChainLocked(*snap, *chain, now, EvalContext{}, w.events());
     }
     w.Finish(events);
     RETURN_IF_ERROR(find_excluded());
   }
   const bool single = req.body_bytes > chain->hot.max_replay_bytes || !chain->hot.failover_enabled;
-  if (!chain_lock.owns_lock()) chain_lock = std::unique_lock<std::mutex>(chain->rt->mu);
+  if (!chain_lock.owns_lock()) chain_lock = std::unique_lock<SmallMutex>(chain->rt->mu);
   RETURN_IF_ERROR(
       BuildAttemptsLocked(*snap, *chain, now, exclude_mask, req.session_key, /*for_next=*/false, &plan->attempts));
   if (chain->hot.retry_budget_ratio > 0) {

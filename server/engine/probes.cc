@@ -69,7 +69,7 @@ bool Engine::ApplyProbeResult(const Snapshot& snap, const ProbeResult& result, u
   bool changed = false;
   {
     TargetRuntime& rt = *t->rt;
-    std::lock_guard<std::mutex> lock(rt.mu);
+    std::lock_guard<SmallMutex> lock(rt.mu);
     // Unknown, expired or superseded lease, another prober's, or the target's
     // config changed since: ignored.
     const TargetRuntime::Occasional& lease = rt.occasional();
@@ -147,7 +147,7 @@ absl::Status Engine::Probe(const ProbeRequest& req, absl::Time now, ProbeRespons
   absl::Time next_due = absl::InfiniteFuture();
   for (const TargetEntry& t : snap->targets) {
     TargetRuntime& rt = *t.rt;
-    std::lock_guard<std::mutex> lock(rt.mu);
+    std::lock_guard<SmallMutex> lock(rt.mu);
     const absl::Time due = ProbeDueLocked(t, now);
     if (due > now || response->tasks.size() >= max_tasks) {
       next_due = std::min(next_due, due);
@@ -182,7 +182,7 @@ absl::StatusOr<std::vector<std::string>> Engine::ProbeNow(absl::string_view targ
   for (const TargetEntry& t : snap->targets) {
     if (!target.empty() && t.config->name != target) continue;
     if (!t.config->enabled || !t.health->has_health_check) continue;
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     t.rt->probe_now = true;
     made_due.push_back(t.config->name);
   }
@@ -197,7 +197,7 @@ size_t Engine::OutstandingLeases(absl::Time now) const {
   std::shared_ptr<const Snapshot> snap = Load();
   size_t n = 0;
   for (const TargetEntry& t : snap->targets) {
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     n += t.rt->LeasedAt(now);
   }
   return n;

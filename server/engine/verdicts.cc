@@ -139,7 +139,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     out->target_health = target->rt->Effective();
   } else {
     TargetRuntime& rt = *target->rt;
-    std::lock_guard<std::mutex> lock(rt.mu);
+    std::lock_guard<SmallMutex> lock(rt.mu);
     HealthTransition none;
     out->target_health = rt.Effective();
     // Read once: a hold move taken for the writer must not meet a closed gate
@@ -170,7 +170,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
       bool changed = false;
       bool held = false;
       {
-        std::lock_guard<std::mutex> lock(t->rt->mu);
+        std::lock_guard<SmallMutex> lock(t->rt->mu);
         const HealthState before = t->rt->Effective();
         const int64_t held_before = t->rt->held_until_ns.load(std::memory_order_relaxed);
         changed = record_outcome(*t, HealthMode::kApply, &tr);
@@ -192,7 +192,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
 
   auto finish_chain_state = [&]() {
     if (chain == nullptr) return;
-    std::lock_guard<std::mutex> lock(chain->rt->mu);
+    std::lock_guard<SmallMutex> lock(chain->rt->mu);
     out->chain_state = chain->rt->state;
     out->active_target = chain->rt->active;
   };
@@ -246,7 +246,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
       out->error = absl::StrCat("max_attempts (", policy.max_attempts, ") reached: ", record.Describe());
     } else {
       {
-        std::lock_guard<std::mutex> lock(chain->rt->mu);
+        std::lock_guard<SmallMutex> lock(chain->rt->mu);
         built = BuildAttemptsLocked(*snap, *chain, now, record.tried_mask, "", /*for_next=*/true, &next);
       }
       if (!built.ok() || next.empty()) {
@@ -266,7 +266,7 @@ absl::Status Engine::Report(const ReportRequest& req, absl::Time now, ReportResu
     std::string why;
     bool spent = false;
     {
-      std::lock_guard<std::mutex> lock(chain->rt->mu);
+      std::lock_guard<SmallMutex> lock(chain->rt->mu);
       if (!chain->rt->retry_budget) chain->rt->retry_budget = std::make_unique<RetryBudget>();
       spent = chain->rt->retry_budget->TrySpend(chain->hot.retry_budget_ratio,
                                                  chain->hot.retry_budget_min_per_second, now, &why);

@@ -18,7 +18,7 @@ TargetStatus Engine::StatusOf(const Snapshot& snap, const TargetEntry& t) const 
   s.name = t.config->name;
   s.enabled = t.config->enabled;
   {
-    std::lock_guard<std::mutex> lock(t.rt->mu);
+    std::lock_guard<SmallMutex> lock(t.rt->mu);
     s.health = t.rt->Effective();
     s.automatic = t.rt->health.state();
     s.source = t.rt->source;
@@ -49,7 +49,7 @@ ChainStatus Engine::StatusOf(const Snapshot& snap, const ChainEntry& c) const {
   ChainStatus s;
   s.name = c.config->name;
   {
-    std::lock_guard<std::mutex> lock(c.rt->mu);
+    std::lock_guard<SmallMutex> lock(c.rt->mu);
     s.state = c.rt->state;
     s.active_target = c.rt->active;
     s.active_since = c.rt->active_since;

@@ -22,12 +22,17 @@ TEST(SmallMutexTest, IsFourBytes) { EXPECT_EQ(sizeof(SmallMutex), 4u); }
 TEST(SmallMutexTest, KeepsOthersOutWhileHeld) {
   SmallMutex mu;
   ASSERT_TRUE(mu.try_lock());
+  std::atomic<bool> tried{false};
   std::atomic<bool> entered{false};
   std::thread other([&] {
-    EXPECT_FALSE(mu.try_lock());
+    const bool got = mu.try_lock();  // held by the test's thread until `tried` is seen
+    EXPECT_FALSE(got);
+    if (got) mu.unlock();
+    tried = true;
     std::lock_guard<SmallMutex> lock(mu);  // waits here (spins, then sleeps on the futex)
     entered = true;
   });
+  while (!tried.load()) std::this_thread::yield();
   // The other thread cannot be in while this one holds the lock, however
   // long it runs meanwhile.
   for (int i = 0; i < 1000; ++i) {

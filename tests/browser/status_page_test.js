@@ -55,6 +55,23 @@ async function startFailoverd(dir, tokens = true, extra = []) {
   return {child, grpc: `127.0.0.1:${grpcPort}`, http: `http://127.0.0.1:${httpPort}`, log: () => log};
 }
 
+// Stops a started process and waits until it has exited: failoverd still
+// writes its data dir while it shuts down, so removing the dir before then
+// races with it (ENOTEMPTY). SIGKILL if it has not exited in 15 s.
+async function stop(started) {
+  const {child} = started;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  let timer;
+  const late = new Promise((resolve) => { timer = setTimeout(() => resolve('late'), 15000); });
+  if (await Promise.race([exited, late]) === 'late') {
+    child.kill('SIGKILL');
+    await exited;
+  }
+  clearTimeout(timer);
+}
+
 function freePort() {
   return new Promise((resolve, reject) => {
     const probe = net.createServer().listen(0, '127.0.0.1', () => {
@@ -322,7 +339,7 @@ async function main() {
       }, {timeout: 5000}).catch(async () => fail('last check: ' + await second.$eval('#targets', (t) => t.textContent)));
       console.log('ok   a target shows its last check\'s result: passed in 85ms');
     } finally {
-      plain.child.kill('SIGTERM');
+      await stop(plain);
       fs.rmSync(open, {recursive: true, force: true});
     }
 
@@ -361,12 +378,12 @@ async function main() {
       console.log('ok   in cluster mode the page lists the replicas: ' +
                   await third.$eval('#replicas', (e) => e.textContent));
     } finally {
-      for (const p of started.reverse()) p.child.kill('SIGTERM');
+      for (const p of started.reverse()) await stop(p);
       fs.rmSync(clusterDir, {recursive: true, force: true});
     }
   } finally {
     if (browser) await browser.close();
-    server.child.kill('SIGTERM');
+    await stop(server);
     fs.rmSync(dir, {recursive: true, force: true});
   }
 }
